@@ -1,0 +1,35 @@
+# Decides whether the CUDA backend is built and configures nvcc for Hopper (sm_90a).
+# AFD_HAVE_CUDA is set to ON when it is.
+set(AFD_HAVE_CUDA OFF)
+if(NOT AFD_CUDA STREQUAL "OFF")
+    if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+        set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+    endif()
+    include(CheckLanguage)
+    check_language(CUDA)
+    if(CMAKE_CUDA_COMPILER)
+        # Architectures are given as explicit -gencode flags: sm_90a enables wgmma/setmaxnreg.
+        set(CMAKE_CUDA_ARCHITECTURES OFF)
+        enable_language(CUDA)
+        # NOTE: CMake 3.25 does not know nvcc's C++20 flag; newer CMake does and ignores these.
+        if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+            set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+            set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+        endif()
+        set(CMAKE_CUDA_STANDARD 20)
+        set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+        find_package(CUDAToolkit REQUIRED)
+        set(AFD_CUDA_GENCODE "-gencode=arch=compute_90a,code=sm_90a" CACHE STRING "nvcc -gencode flags")
+        string(APPEND CMAKE_CUDA_FLAGS " ${AFD_CUDA_GENCODE} --expt-relaxed-constexpr -lineinfo -DFMT_CONSTEVAL=")
+        # NOTE: FMT_CONSTEVAL= turns off fmt's compile-time format check under nvcc, which cannot evaluate it.
+        set(AFD_HAVE_CUDA ON)
+        # NCCL: the toolkit's copy, or a pip wheel (nvidia-nccl-cu13) given through AFD_NCCL_ROOT.
+        find_path(AFD_NCCL_INCLUDE_DIR nccl.h HINTS ${AFD_NCCL_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS})
+        find_library(AFD_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${AFD_NCCL_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR})
+        message(STATUS "afd: CUDA backend ON (${CMAKE_CUDA_COMPILER_VERSION}); NCCL: ${AFD_NCCL_LIBRARY}")
+    elseif(AFD_CUDA STREQUAL "ON")
+        message(FATAL_ERROR "AFD_CUDA=ON but no CUDA compiler was found")
+    else()
+        message(STATUS "afd: CUDA backend OFF (no nvcc)")
+    endif()
+endif()

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The two commands of the README, plus the build they share.
+#   scripts/dev.sh run [afd launch flags…]   set up, build, run the main job (AFD over loopback on CPU)
+#   scripts/dev.sh test                      set up, build, run every test
+#   scripts/dev.sh build                     set up and build only
+# Environment: AFD_BUILD_DIR (default build), AFD_BUILD_TYPE (default RelWithDebInfo).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${AFD_BUILD_DIR:-$root/build}"
+build_type="${AFD_BUILD_TYPE:-RelWithDebInfo}"
+
+build() {
+    "$root/scripts/setup.sh"
+    cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" >/dev/null
+    cmake --build "$build_dir" -- -j"$(nproc)" "$@"
+}
+
+cmd="${1:-}"
+shift || true
+case "$cmd" in
+    build)
+        build
+        ;;
+    test)
+        build
+        ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" --timeout 600
+        ;;
+    run)
+        build afd
+        exec "$build_dir/src/afd" launch "$@"
+        ;;
+    *)
+        echo "usage: scripts/dev.sh run|test|build" >&2
+        exit 2
+        ;;
+esac

@@ -1,0 +1,42 @@
+#include "kernels/cuda/device_info.h"
+
+#include <cublas_v2.h>
+#include <fmt/core.h>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace afd::kernels::cuda {
+
+void throwCudaError(const char* file, int line, const char* expr, cudaError_t error) {
+    throw core::Error(fmt::format("{}:{}: CUDA call failed: {}: {} ({})", file, line, expr, cudaGetErrorString(error),
+                                  static_cast<int>(error)));
+}
+
+void throwCublasError(const char* file, int line, const char* expr, int status) {
+    throw core::Error(fmt::format("{}:{}: cuBLAS call failed: {}: status {}", file, line, expr, status));
+}
+
+int deviceCount() {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();  // clear the sticky "no driver" error
+        return 0;
+    }
+    return count;
+}
+
+DeviceInfo deviceInfo(int device) {
+    cudaDeviceProp prop{};
+    AFD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    DeviceInfo info;
+    info.name = prop.name;
+    info.sm_count = prop.multiProcessorCount;
+    info.compute_major = prop.major;
+    info.compute_minor = prop.minor;
+    info.total_memory = prop.totalGlobalMem;
+    info.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
+    info.max_shared_per_block_optin = prop.sharedMemPerBlockOptin;
+    return info;
+}
+
+}  // namespace afd::kernels::cuda
