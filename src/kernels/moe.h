@@ -1,0 +1,44 @@
+// Routed-expert MoE over the experts held locally (all experts in the dense engine and p2p; one contiguous
+// range on an m2n FFN rank):
+//
+//   out[t] = sum over j < top_k with topk_ids[t, j] >= 0 of  topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t])
+//   expert_e(v) = W2[e] · ( silu(Wg[e] · v) ⊙ (Wu[e] · v) )
+//
+// Weight layout (what loaders produce and every backend consumes):
+//   w13 [num_experts, 2 * inter, hidden]  rows [0, inter) are gate_proj, rows [inter, 2*inter) are up_proj
+//   w2  [num_experts, hidden, inter]      down_proj
+// A dense SwiGLU MLP layer is the same computation with num_experts = 1, top_k = 1, ids 0 and weights 1.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/bf16.h"
+
+namespace afd::kernels {
+
+// Element type of activations (x, out). Weights are always bf16.
+enum class ActDType { kF32, kBf16 };
+
+struct MoeParams {
+    int64_t num_tokens = 0;   // T (0 is valid: nothing to do)
+    int64_t hidden = 0;       // H
+    int64_t inter = 0;        // I
+    int64_t num_experts = 0;  // E_local: valid ids are [0, num_experts)
+    int64_t top_k = 0;        // K: routing entries per token
+    ActDType act_dtype = ActDType::kF32;
+
+    const void* x = nullptr;               // [T, H] act_dtype
+    const int32_t* topk_ids = nullptr;     // [T, K] local expert id, or -1 for an entry not served here
+    const float* topk_weights = nullptr;   // [T, K]
+    const core::Bf16* w13 = nullptr;       // [E_local, 2*I, H]
+    const core::Bf16* w2 = nullptr;        // [E_local, H, I]
+    void* out = nullptr;                   // [T, H] act_dtype, overwritten (zero for tokens with no local entry)
+};
+
+// CPU reference: FP32 arithmetic from bf16 weights; with act_dtype kBf16 the inputs are read as bf16 and
+// each output is rounded to bf16 once. Uses the process thread pool. Throws afd::core::Error on an id
+// outside [-1, num_experts).
+void moeForwardCpu(const MoeParams& params);
+
+}  // namespace afd::kernels
