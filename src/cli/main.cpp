@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
     });
 
     int exit_code = afd::cli::kExitOk;
-
+    afd::cli::addBenchCommand(app, exit_code);
 
 
     try {
