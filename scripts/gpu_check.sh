@@ -54,7 +54,7 @@ fi
 
 if has_phase tests; then
     stamp "kernels_cuda_tests"
-    timeout 300 "$bin/kernels_cuda_tests" --gtest_color=no >"$out/tests.log" 2>&1
+    timeout "${AFD_T_TESTS:-240}" "$bin/kernels_cuda_tests" --gtest_color=no >"$out/tests.log" 2>&1
     echo "kernels_cuda_tests exit $?"
     grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|error|rel|Expected" "$out/tests.log" | head -40
 fi
@@ -63,16 +63,16 @@ routing_dir=/tmp/afd_routing
 mkdir -p "$routing_dir"
 if has_phase bench; then
     stamp "afd bench moe"
-    timeout 240 "$bin/afd" bench moe --reps "$reps" --csv "$out/ours.csv" --dump-routing "$routing_dir" \
+    timeout "${AFD_T_BENCH:-240}" "$bin/afd" bench moe --reps "$reps" --csv "$out/ours.csv" --dump-routing "$routing_dir" \
         >"$out/bench.log" 2>&1
     echo "bench exit $?"
     cat "$out/bench.log"
 fi
 if has_phase sweep; then
     stamp "tile sweep"
-    timeout 150 "$bin/afd" bench moe --no-stages --reps 30 --tokens 1,8,64,256,1024 \
-        --tiles small16,small32,small64,small128,wide128,wide256 >>"$out/bench.log" 2>&1
-    timeout 90 "$bin/afd" bench moe --no-stages --reps 15 --tokens 4096,16384 --tiles small128,wide128,wide256 \
+    timeout "${AFD_T_SWEEP:-150}" "$bin/afd" bench moe --no-stages --reps 30 --tokens 1,8,64,256,1024 \
+        --tiles small16,small32,small64,small128,wide128 >>"$out/bench.log" 2>&1
+    timeout "${AFD_T_SWEEP2:-90}" "$bin/afd" bench moe --no-stages --reps 15 --tokens 4096,16384 --tiles small128,wide128,wide256,wide256g \
         >>"$out/bench.log" 2>&1
     echo "sweep exit $?"
 fi
@@ -81,7 +81,7 @@ if has_phase peers; then
     for peer in grouped_mm_moe triton_fused_moe; do
         stamp "peer $peer"
         (cd "$root/bench/peers" &&
-            timeout 200 python3 "$peer.py" --routing-dir "$routing_dir" --reps "$peer_reps" \
+            timeout "${AFD_T_PEER:-200}" python3 "$peer.py" --routing-dir "$routing_dir" --reps "$peer_reps" \
                 --csv "$out/${peer%%_moe}.csv") >>"$out/peers.log" 2>&1
         echo "$peer exit $?"
     done

@@ -5,7 +5,8 @@
 // can be captured in a CUDA graph:
 //   permute   counts the entries per expert, scans them into slot offsets and m-tile offsets, and lists the
 //             token of every slot (slots are the routing entries grouped by expert, expert-major)
-//   gate-up   grouped GEMM h[slot] = silu(Wg[e] x[token]) * (Wu[e] x[token])            (SwiGLU fused)
+//   gate-up   grouped GEMM h[slot] = silu(Wg[e] x[token]) * (Wu[e] x[token])            (SwiGLU fused);
+//             the wide tile shapes first copy x into slot order (x_sorted) so token tiles come by TMA
 //   down      grouped GEMM y[slot] = W2[e] h[slot]
 //   combine   out[t] = sum over t's local entries of topk_weight * y[slot]                 (fp32 sum, bf16 out)
 // The grouped GEMMs are persistent kernels over (expert, weight-row tile, token tile) work items read from the
@@ -25,11 +26,13 @@
 namespace afd::kernels {
 
 // Tile shape of the grouped GEMMs. kSmallN: one consumer warpgroup, items of 64 weight rows x up to N tokens,
-// two CTAs per SM (memory-bound regime). kWideN: two consumer warpgroups, items of 128 weight rows x up to N
-// tokens, one CTA per SM (compute-bound regime). kAuto picks from T * top_k / num_experts.
-enum class MoeTileConfig { kAuto, kSmall16, kSmall32, kSmall64, kSmall128, kWide128, kWide256 };
+// two CTAs per SM, token tiles gathered by cp.async (memory-bound regime). kWideN: two consumer warpgroups,
+// items of 128 weight rows x up to N tokens, one CTA per SM, token tiles by TMA from rows in slot order
+// (compute-bound regime); kWide256Gather: the wide tile with cp.async gathers. kAuto picks from
+// T * top_k / num_experts.
+enum class MoeTileConfig { kAuto, kSmall16, kSmall32, kSmall64, kSmall128, kWide128, kWide256, kWide256Gather };
 
-// Parses "auto", "small16" … "wide256"; returns false for anything else.
+// Parses "auto", "small16" … "wide256", "wide256g"; returns false for anything else.
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config);
 const char* moeTileConfigName(MoeTileConfig config);
 
@@ -51,8 +54,10 @@ struct MoeWorkspaceView {
     int32_t* expert_count = nullptr;  // [E] routing entries per local expert
     int32_t* slot_offset = nullptr;   // [E + 1] first slot of each expert; slot_offset[E] = valid entries
     int32_t* tile_offset = nullptr;   // [E + 1] first token tile of each expert (tiles of the config's N tokens)
+    int32_t* chunk_counts = nullptr;  // permute scratch (per-chunk expert counts when T * K > 2048)
     int32_t* entry_slot = nullptr;    // [T * K] slot of entry (t, j), -1 when not served here
     int32_t* slot_token = nullptr;    // [T * K] token of each slot (first slot_offset[E] valid)
+    core::Bf16* x_sorted = nullptr;   // [T * K, H] x in slot order (wide tile shapes only)
     core::Bf16* h = nullptr;          // [T * K, I] SwiGLU activations per slot
     core::Bf16* y = nullptr;          // [T * K, H] expert outputs per slot (unweighted)
 };

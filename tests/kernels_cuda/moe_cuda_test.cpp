@@ -105,16 +105,22 @@ std::vector<Case> cases() {
         {"most_experts_empty", 3, 128, 64, 32, 2, Routing::kUniform},
         {"skewed", 200, 128, 64, 16, 4, Routing::kSkewed},
         {"dense_routing", 513, 192, 64, 8, 8, Routing::kUniform},
+        {"skewed_chunked_permute", 1500, 128, 64, 64, 4, Routing::kSkewed},
         {"qwen3_30b_a3b_T16", 16, 2048, 768, 128, 8, Routing::kUniform},
     };
 }
 
+constexpr MoeTileConfig kAllConfigs[] = {
+    MoeTileConfig::kAuto,     MoeTileConfig::kSmall16, MoeTileConfig::kSmall32, MoeTileConfig::kSmall64,
+    MoeTileConfig::kSmall128, MoeTileConfig::kWide128, MoeTileConfig::kWide256, MoeTileConfig::kWide256Gather};
+
 std::vector<MoeTileConfig> configsFor(const Case& c) {
     std::vector<MoeTileConfig> configs;
-    for (MoeTileConfig t : {MoeTileConfig::kAuto, MoeTileConfig::kSmall16, MoeTileConfig::kSmall32,
-                            MoeTileConfig::kSmall64, MoeTileConfig::kSmall128, MoeTileConfig::kWide128,
-                            MoeTileConfig::kWide256}) {
-        const int consumers = (t == MoeTileConfig::kWide128 || t == MoeTileConfig::kWide256) ? 2 : 1;
+    for (MoeTileConfig t : kAllConfigs) {
+        const int consumers = (t == MoeTileConfig::kWide128 || t == MoeTileConfig::kWide256 ||
+                               t == MoeTileConfig::kWide256Gather)
+                                  ? 2
+                                  : 1;
         if (c.inter % (32 * consumers) == 0 && c.hidden % (64 * consumers) == 0) {
             configs.push_back(t);
         }
@@ -134,6 +140,7 @@ int blockTokens(MoeTileConfig config) {
         case MoeTileConfig::kWide128:
             return 128;
         case MoeTileConfig::kWide256:
+        case MoeTileConfig::kWide256Gather:
             return 256;
         case MoeTileConfig::kAuto:
             break;
@@ -304,7 +311,7 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
 TEST(MoeCudaTest, GraphReplayFollowsNewRouting) {
     AFD_REQUIRE_HOPPER();
     std::mt19937 rng(77);
-    Problem p({"graph", 64, 256, 128, 16, 4, Routing::kUniform}, rng);
+    Problem p({"graph", 700, 256, 128, 16, 4, Routing::kUniform}, rng);  // 2800 entries: chunked permute
     const MoeParams params = p.params();
     cudaStream_t stream = nullptr;
     AFD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -392,17 +399,15 @@ TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
     p.num_tokens = 1;
     EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall16);
     p.num_tokens = 256;
-    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall32);
+    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall64);
     p.num_tokens = 1024;
-    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kWide128);
+    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall128);
     p.num_tokens = 16384;
     EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kWide256);
 }
 
 TEST(MoeCudaTest, TileConfigNamesRoundTrip) {
-    for (MoeTileConfig c : {MoeTileConfig::kAuto, MoeTileConfig::kSmall16, MoeTileConfig::kSmall32,
-                            MoeTileConfig::kSmall64, MoeTileConfig::kSmall128, MoeTileConfig::kWide128,
-                            MoeTileConfig::kWide256}) {
+    for (MoeTileConfig c : kAllConfigs) {
         MoeTileConfig parsed = MoeTileConfig::kAuto;
         ASSERT_TRUE(parseMoeTileConfig(moeTileConfigName(c), &parsed));
         EXPECT_EQ(parsed, c);

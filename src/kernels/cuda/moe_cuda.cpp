@@ -6,6 +6,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
@@ -26,8 +27,10 @@ struct WorkspaceLayout {
     size_t expert_count = 0;
     size_t slot_offset = 0;
     size_t tile_offset = 0;
+    size_t chunk_counts = 0;
     size_t entry_slot = 0;
     size_t slot_token = 0;
+    size_t x_sorted = 0;
     size_t h = 0;
     size_t y = 0;
     size_t total = 0;
@@ -43,10 +46,14 @@ WorkspaceLayout workspaceLayout(int64_t tokens, int64_t top_k, int64_t experts, 
     at = alignUp(at + static_cast<size_t>(experts + 1) * 4);
     l.tile_offset = at;
     at = alignUp(at + static_cast<size_t>(experts + 1) * 4);
+    l.chunk_counts = at;
+    at = alignUp(at + static_cast<size_t>(cuda::permuteChunks(static_cast<int>(entries))) * experts * 4);
     l.entry_slot = at;
     at = alignUp(at + entries * 4);
     l.slot_token = at;
     at = alignUp(at + entries * 4);
+    l.x_sorted = at;
+    at = alignUp(at + entries * static_cast<size_t>(hidden) * 2);
     l.h = at;
     at = alignUp(at + entries * static_cast<size_t>(inter) * 2);
     l.y = at;
@@ -64,8 +71,10 @@ void checkMoeParams(const MoeParams& p) {
     AFD_CHECK(p.top_k >= 1, "moeForwardCuda: top_k {} < 1", p.top_k);
     AFD_CHECK(p.num_experts >= 1 && p.num_experts <= cuda::kMaxPermuteExperts,
               "moeForwardCuda: num_experts {} outside [1, {}]", p.num_experts, cuda::kMaxPermuteExperts);
-    AFD_CHECK(p.num_tokens * p.top_k < (int64_t{1} << 31), "moeForwardCuda: T * top_k {} too large",
-              p.num_tokens * p.top_k);
+    // NOTE: the kernels index rows of x, x_sorted, h and y with 32-bit element offsets.
+    AFD_CHECK(p.num_tokens * p.top_k * std::max(p.hidden, p.inter) < (int64_t{1} << 31),
+              "moeForwardCuda: T * top_k * max(hidden, inter) = {} does not fit 32-bit offsets",
+              p.num_tokens * p.top_k * std::max(p.hidden, p.inter));
     if (p.num_tokens > 0) {
         AFD_CHECK(p.x && p.topk_ids && p.topk_weights && p.w13 && p.w2 && p.out,
                   "moeForwardCuda: null device pointer in params");
@@ -89,21 +98,42 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
     return fn;
 }
 
-// Tensor map over a row-major bf16 matrix [rows, cols]: boxes of 64 columns x box_rows rows, 128-byte swizzle.
-CUtensorMap weightTensorMap(const core::Bf16* base, int64_t rows, int64_t cols, uint32_t box_rows) {
+CUtensorMap encodeTensorMap(const void* base, uint32_t rank, const cuuint64_t* dims, const cuuint64_t* strides,
+                            const cuuint32_t* box, CUresult* result) {
     CUtensorMap map;
     std::memset(&map, 0, sizeof(map));
+    const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
+    *result = tensorMapEncoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dims, strides,
+                                 box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return map;
+}
+
+// Tensor map over a row-major bf16 matrix [rows, cols]: boxes of 64 columns x box_rows rows, 128-byte swizzle.
+CUtensorMap matrixTensorMap(const void* base, int64_t rows, int64_t cols, uint32_t box_rows) {
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
     const cuuint32_t box[2] = {64, box_rows};
-    const cuuint32_t element_strides[2] = {1, 1};
-    const CUresult result = tensorMapEncoder()(
-        &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<core::Bf16*>(base), dims, strides, box,
-        element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    AFD_CHECK(result == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed ({}) for a [{}, {}] weight matrix, box rows {}",
+    CUresult result;
+    const CUtensorMap map = encodeTensorMap(base, 2, dims, strides, box, &result);
+    AFD_CHECK(result == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed ({}) for a [{}, {}] bf16 matrix, box rows {}",
               static_cast<int>(result), rows, cols, box_rows);
     return map;
+}
+
+// The 5-D view (k, row in 8-row group, gate/up, group, expert) of w13 [E, 2I, H] whose box {64, 8, 2, groups, 1}
+// lands gate and up rows interleaved by 8 (see moe_grouped_gemm.cuh). False when the driver refuses the view.
+bool interleavedGateUpMap(const core::Bf16* w13, int64_t experts, int64_t inter, int64_t hidden, uint32_t groups,
+                          CUtensorMap* map) {
+    const cuuint64_t row = static_cast<cuuint64_t>(hidden) * 2;
+    const cuuint64_t dims[5] = {static_cast<cuuint64_t>(hidden), 8, 2, static_cast<cuuint64_t>(inter / 8),
+                                static_cast<cuuint64_t>(experts)};
+    const cuuint64_t strides[4] = {row, static_cast<cuuint64_t>(inter) * row, 8 * row,
+                                   2 * static_cast<cuuint64_t>(inter) * row};
+    const cuuint32_t box[5] = {64, 8, 2, groups, 1};
+    CUresult result;
+    *map = encodeTensorMap(w13, 5, dims, strides, box, &result);
+    return result == CUDA_SUCCESS;
 }
 
 int smCount() {
@@ -115,21 +145,24 @@ int smCount() {
 }
 
 cudaError_t dispatchGroupedGemm(MoeTileConfig config, bool gate_up, const CUtensorMap& tmap,
-                                const GroupedGemmArgs& args, cudaStream_t stream, bool programmatic) {
+                                const CUtensorMap& tmap_b, const GroupedGemmArgs& args, cudaStream_t stream,
+                                bool programmatic) {
     const int sms = smCount();
     switch (config) {
         case MoeTileConfig::kSmall16:
-            return cuda::launchGroupedGemmSmall16(gate_up, tmap, args, sms, stream, programmatic);
+            return cuda::launchGroupedGemmSmall16(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
         case MoeTileConfig::kSmall32:
-            return cuda::launchGroupedGemmSmall32(gate_up, tmap, args, sms, stream, programmatic);
+            return cuda::launchGroupedGemmSmall32(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
         case MoeTileConfig::kSmall64:
-            return cuda::launchGroupedGemmSmall64(gate_up, tmap, args, sms, stream, programmatic);
+            return cuda::launchGroupedGemmSmall64(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
         case MoeTileConfig::kSmall128:
-            return cuda::launchGroupedGemmSmall128(gate_up, tmap, args, sms, stream, programmatic);
+            return cuda::launchGroupedGemmSmall128(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
         case MoeTileConfig::kWide128:
-            return cuda::launchGroupedGemmWide128(gate_up, tmap, args, sms, stream, programmatic);
+            return cuda::launchGroupedGemmWide128(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
         case MoeTileConfig::kWide256:
-            return cuda::launchGroupedGemmWide256(gate_up, tmap, args, sms, stream, programmatic);
+            return cuda::launchGroupedGemmWide256(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
+        case MoeTileConfig::kWide256Gather:
+            return cuda::launchGroupedGemmWide256Gather(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
         case MoeTileConfig::kAuto:
             break;
     }
@@ -181,6 +214,8 @@ TileShape tileShape(MoeTileConfig config) {
             return kWide128Shape;
         case MoeTileConfig::kWide256:
             return kWide256Shape;
+        case MoeTileConfig::kWide256Gather:
+            return kWide256GatherShape;
         case MoeTileConfig::kAuto:
             break;
     }
@@ -190,9 +225,9 @@ TileShape tileShape(MoeTileConfig config) {
 }  // namespace cuda
 
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config) {
-    static constexpr MoeTileConfig kAll[] = {MoeTileConfig::kAuto,     MoeTileConfig::kSmall16, MoeTileConfig::kSmall32,
-                                             MoeTileConfig::kSmall64,  MoeTileConfig::kSmall128,
-                                             MoeTileConfig::kWide128, MoeTileConfig::kWide256};
+    static constexpr MoeTileConfig kAll[] = {
+        MoeTileConfig::kAuto,     MoeTileConfig::kSmall16, MoeTileConfig::kSmall32, MoeTileConfig::kSmall64,
+        MoeTileConfig::kSmall128, MoeTileConfig::kWide128, MoeTileConfig::kWide256, MoeTileConfig::kWide256Gather};
     for (const MoeTileConfig c : kAll) {
         if (std::strcmp(text, moeTileConfigName(c)) == 0) {
             *config = c;
@@ -218,6 +253,8 @@ const char* moeTileConfigName(MoeTileConfig config) {
             return "wide128";
         case MoeTileConfig::kWide256:
             return "wide256";
+        case MoeTileConfig::kWide256Gather:
+            return "wide256g";
     }
     return "?";
 }
@@ -231,18 +268,18 @@ MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions
         return options.tile;
     }
     // Mean routing entries per expert decides between the memory-bound shapes (one consumer, two CTAs per SM,
-    // the token tile just above the typical count so each expert's weights stream once) and the wide shapes.
+    // the token tile just above the typical count so each expert's weights stream once) and the wide shape.
     const int64_t mean = params.num_experts > 0 ? params.num_tokens * params.top_k / params.num_experts : 0;
     MoeTileConfig config = MoeTileConfig::kSmall16;
     if (mean > 96) {
         config = MoeTileConfig::kWide256;
-    } else if (mean > 16) {
-        config = MoeTileConfig::kWide128;
+    } else if (mean > 32) {
+        config = MoeTileConfig::kSmall128;
     } else if (mean > 4) {
-        config = MoeTileConfig::kSmall32;
+        config = MoeTileConfig::kSmall64;
     }
     if (!shapeFits(params, cuda::tileShape(config))) {
-        config = mean > 16 ? MoeTileConfig::kSmall128 : config;
+        config = MoeTileConfig::kSmall128;
     }
     return config;
 }
@@ -265,7 +302,9 @@ MoeWorkspaceView moeWorkspaceView(const MoeParams& params, void* workspace, size
     v.slot_offset = reinterpret_cast<int32_t*>(base + l.slot_offset);
     v.tile_offset = reinterpret_cast<int32_t*>(base + l.tile_offset);
     v.entry_slot = reinterpret_cast<int32_t*>(base + l.entry_slot);
+    v.chunk_counts = reinterpret_cast<int32_t*>(base + l.chunk_counts);
     v.slot_token = reinterpret_cast<int32_t*>(base + l.slot_token);
+    v.x_sorted = reinterpret_cast<core::Bf16*>(base + l.x_sorted);
     v.h = reinterpret_cast<core::Bf16*>(base + l.h);
     v.y = reinterpret_cast<core::Bf16*>(base + l.y);
     return v;
@@ -280,8 +319,8 @@ void moePermuteCuda(const MoeParams& params, void* workspace, size_t workspace_b
     AFD_CUDA_CHECK(cuda::launchMoePermute(params.topk_ids, static_cast<int>(params.num_tokens * params.top_k),
                                           static_cast<int>(params.top_k), static_cast<int>(params.num_experts),
                                           r.shape.block_tokens, r.view.expert_count, r.view.slot_offset,
-                                          r.view.tile_offset, r.view.entry_slot, r.view.slot_token, asStream(stream),
-                                          options.programmatic_launch));
+                                          r.view.tile_offset, r.view.entry_slot, r.view.slot_token,
+                                          r.view.chunk_counts, asStream(stream), options.programmatic_launch));
 }
 
 void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,
@@ -290,6 +329,7 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
     if (params.num_tokens == 0) {
         return;
     }
+    const int64_t rows = params.num_tokens * params.top_k;
     GroupedGemmArgs args = commonArgs(params, r);
     args.b_src = reinterpret_cast<const uint16_t*>(params.x);
     args.out = reinterpret_cast<uint16_t*>(r.view.h);
@@ -298,8 +338,27 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
     args.out_ld = static_cast<int>(params.inter);
     args.a_rows = static_cast<int>(2 * params.inter);
     args.n_tiles = static_cast<int>(params.inter / cuda::gateUpColumnsPerItem(r.shape));
-    const CUtensorMap tmap = weightTensorMap(params.w13, params.num_experts * 2 * params.inter, params.hidden, 8);
-    AFD_CUDA_CHECK(dispatchGroupedGemm(r.config, true, tmap, args, asStream(stream), options.programmatic_launch));
+    CUtensorMap tmap_a;
+    args.a_interleaved = interleavedGateUpMap(params.w13, params.num_experts, params.inter, params.hidden,
+                                              static_cast<uint32_t>(4 * r.shape.consumers), &tmap_a)
+                             ? 1
+                             : 0;
+    if (args.a_interleaved == 0) {
+        tmap_a = matrixTensorMap(params.w13, params.num_experts * 2 * params.inter, params.hidden, 8);
+    }
+    CUtensorMap tmap_b;
+    std::memset(&tmap_b, 0, sizeof(tmap_b));
+    if (r.shape.tma_tokens) {
+        AFD_CUDA_CHECK(cuda::launchMoeGather(reinterpret_cast<const uint16_t*>(params.x), r.view.slot_token,
+                                             r.view.slot_offset, static_cast<int>(params.num_experts),
+                                             static_cast<int>(params.hidden), static_cast<int>(rows),
+                                             reinterpret_cast<uint16_t*>(r.view.x_sorted), smCount(),
+                                             asStream(stream), options.programmatic_launch));
+        args.b_src = reinterpret_cast<const uint16_t*>(r.view.x_sorted);
+        tmap_b = matrixTensorMap(r.view.x_sorted, rows, params.hidden, static_cast<uint32_t>(r.shape.block_tokens));
+    }
+    AFD_CUDA_CHECK(
+        dispatchGroupedGemm(r.config, true, tmap_a, tmap_b, args, asStream(stream), options.programmatic_launch));
 }
 
 void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,
@@ -308,6 +367,7 @@ void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_byte
     if (params.num_tokens == 0) {
         return;
     }
+    const int64_t rows = params.num_tokens * params.top_k;
     GroupedGemmArgs args = commonArgs(params, r);
     args.b_src = reinterpret_cast<const uint16_t*>(r.view.h);
     args.out = reinterpret_cast<uint16_t*>(r.view.y);
@@ -316,9 +376,15 @@ void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_byte
     args.out_ld = static_cast<int>(params.hidden);
     args.a_rows = static_cast<int>(params.hidden);
     args.n_tiles = static_cast<int>(params.hidden / cuda::downRowsPerItem(r.shape));
-    const CUtensorMap tmap = weightTensorMap(params.w2, params.num_experts * params.hidden, params.inter,
-                                             static_cast<uint32_t>(cuda::downRowsPerItem(r.shape)));
-    AFD_CUDA_CHECK(dispatchGroupedGemm(r.config, false, tmap, args, asStream(stream), options.programmatic_launch));
+    const CUtensorMap tmap_a = matrixTensorMap(params.w2, params.num_experts * params.hidden, params.inter,
+                                               static_cast<uint32_t>(cuda::downRowsPerItem(r.shape)));
+    CUtensorMap tmap_b;
+    std::memset(&tmap_b, 0, sizeof(tmap_b));
+    if (r.shape.tma_tokens) {
+        tmap_b = matrixTensorMap(r.view.h, rows, params.inter, static_cast<uint32_t>(r.shape.block_tokens));
+    }
+    AFD_CUDA_CHECK(
+        dispatchGroupedGemm(r.config, false, tmap_a, tmap_b, args, asStream(stream), options.programmatic_launch));
 }
 
 void moeCombineCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,

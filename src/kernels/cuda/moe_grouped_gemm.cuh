@@ -12,14 +12,16 @@
 //
 // CTA = one producer warpgroup + kConsumers consumer warpgroups, a kStages-deep ring of shared-memory stages,
 // each stage = weight tile [64 * kConsumers rows x 64 k] loaded by TMA (thread 0) + token tile
-// [kBlockTokens x 64 k] gathered with 16-byte cp.async by all producer threads (rows of x picked through
-// slot_token, or rows of h in slot order). Both land in the 128-byte swizzled K-major layout wgmma reads.
-// full[s] completes on 1 arrive.expect_tx (the TMA bytes) + 128 cp.async arrivals; empty[s] on one arrival
-// per consumer thread once its wgmma reading the stage has retired.
+// [kBlockTokens x 64 k], either gathered with 16-byte cp.async by the 128 producer threads (rows of x picked
+// through slot_token, or rows of h in slot order; each thread keeps its rows' offsets for the whole item) or,
+// with kTmaTokens, one more TMA box of rows in slot order. Both land in the 128-byte swizzled K-major layout
+// wgmma reads. full[s] completes on 1 arrive.expect_tx (the TMA bytes) + 128 cp.async arrivals (none with
+// kTmaTokens); empty[s] on one arrival per consumer thread once its wgmma reading the stage has retired.
 //
 // Gate-up rows are interleaved by TMA so that each consumer thread holds gate and up of the same intermediate
 // column: within each 16-row group of a warp, smem rows 0-7 are 8 gate rows and rows 8-15 the matching up rows
-// (the wgmma accumulator gives a thread rows r and r + 8).
+// (the wgmma accumulator gives a thread rows r and r + 8). The 5-D view (k, row in group, gate/up, group,
+// expert) of w13 does this in one box per stage.
 #pragma once
 
 #include <cuda.h>
@@ -41,7 +43,7 @@ inline constexpr int kRowBytes = 128;
 inline constexpr int kWarpgroup = 128;  // threads
 inline constexpr int kWeightRowsPerConsumer = 64;
 
-template <bool kGateUp, int kConsumers, int kBlockTokens, int kStages>
+template <bool kGateUp, int kConsumers, int kBlockTokens, int kStages, bool kTmaTokens>
 struct Layout {
     static constexpr int kABytes = kConsumers * kWeightRowsPerConsumer * kRowBytes;  // per stage
     static constexpr int kBBytes = kBlockTokens * kRowBytes;                         // per stage
@@ -55,6 +57,8 @@ struct Layout {
     static constexpr int kBarOffset = kEpiOffset + kConsumers * kEpiBytes;
     static constexpr int kPrefixOffset = kBarOffset + 2 * kStages * 8;
     static constexpr int kThreads = kWarpgroup * (kConsumers + 1);
+    static constexpr int kRowsPerThread = kBlockTokens >= 16 ? kBlockTokens / 16 : 1;  // cp.async token rows
+    static constexpr uint32_t kStageTxBytes = kABytes + (kTmaTokens ? kBBytes : 0);
     static_assert(kBOffset % 1024 == 0 && kEpiOffset % 1024 == 0, "stages must stay 1024-byte aligned");
     static_assert(kEpiBytes % 16 == 0 && kBarOffset % 8 == 0, "staging and barriers alignment");
     static_assert(1024 + kPrefixOffset + 2 * (kMaxPermuteExperts + 1) * 4 <= 227 * 1024, "shared memory per CTA");
@@ -116,9 +120,9 @@ __device__ __forceinline__ uint16_t toBf16Bits(float v) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
-template <bool kGateUp, int kConsumers, int kBlockTokens, int kStages>
+template <bool kGateUp, int kConsumers, int kBlockTokens, int kStages, bool kTmaTokens>
 struct Kernel {
-    using L = Layout<kGateUp, kConsumers, kBlockTokens, kStages>;
+    using L = Layout<kGateUp, kConsumers, kBlockTokens, kStages, kTmaTokens>;
 
     struct Shared {
         uint8_t* base;
@@ -128,15 +132,21 @@ struct Kernel {
         const int* slots;
     };
 
-    // Weight tile of (item, kb) into stage `stage`: arrive.expect_tx then the TMA copies.
+    // Weight tile of (item, kb) into stage `stage`: arrive.expect_tx (for the token box too with kTmaTokens) then
+    // the TMA copies.
     __device__ __forceinline__ static void issueWeights(const CUtensorMap* tmap, const GroupedGemmArgs& args,
                                                         const Shared& sh, int stage, const Item& item, int kb,
                                                         uint64_t policy) {
         uint8_t* a = sh.base + L::kAOffset + stage * L::kABytes;
         uint64_t* bar = &sh.full[stage];
-        sm90::mbarArriveExpectTx(bar, L::kABytes);
+        sm90::mbarArriveExpectTx(bar, L::kStageTxBytes);
         const int k0 = kb * kBlockK;
         if constexpr (kGateUp) {
+            if (args.a_interleaved) {
+                // box {64 k, 8 rows, gate+up, 4 * kConsumers groups of 8 columns, 1 expert}
+                sm90::tmaLoad5d(a, tmap, bar, k0, 0, 0, item.n_tile * 4 * kConsumers, item.expert, policy);
+                return;
+            }
             const int row0 = item.expert * args.a_rows + item.n_tile * 32 * kConsumers;
 #pragma unroll
             for (int c = 0; c < kConsumers; ++c) {
@@ -156,31 +166,55 @@ struct Kernel {
         }
     }
 
-    // Token tile of (item, kb) into stage `stage` by the 128 producer threads (ptid), rows [0, npad); rows past
-    // ntok and columns past k are zero-filled.
-    __device__ __forceinline__ static void issueTokens(const GroupedGemmArgs& args, const Shared& sh, int stage,
-                                                       const Item& item, int npad, int kb, int ptid) {
-        const uint32_t b_addr = sm90::smemAddr(sh.base + L::kBOffset + stage * L::kBBytes);
-        const int k_base = kb * kBlockK;
-        for (int idx = ptid; idx < npad * 8; idx += kWarpgroup) {
-            const int row = idx >> 3;
-            const int chunk = idx & 7;
-            const int k = k_base + chunk * 8;
-            const bool valid = row < item.ntok && k < args.k;
-            const uint16_t* src = args.b_src;
-            if (valid) {
-                const int64_t src_row =
-                    kGateUp ? static_cast<int64_t>(__ldg(args.slot_token + item.slot_base + row)) : item.slot_base + row;
-                src = args.b_src + src_row * args.b_ld + k;
+    // kTmaTokens: the item's token rows [slot_base, slot_base + kBlockTokens) of b_src, one box (rows past the
+    // expert's tokens belong to other experts or are zero-filled past the end; their columns are never stored).
+    __device__ __forceinline__ static void issueTokenBox(const CUtensorMap* tmap_b, const Shared& sh, int stage,
+                                                         const Item& item, int kb, uint64_t policy) {
+        sm90::tmaLoad2d(sh.base + L::kBOffset + stage * L::kBBytes, tmap_b, &sh.full[stage], kb * kBlockK,
+                        item.slot_base, policy);
+    }
+
+    // Per item: element offsets in b_src of the token rows this producer thread copies (rows ptid/8 + 16q),
+    // -1 for rows past the item's tokens.
+    __device__ __forceinline__ static void tokenRowOffsets(const GroupedGemmArgs& args, const Item& item, int ptid,
+                                                           int (&offsets)[L::kRowsPerThread]) {
+#pragma unroll
+        for (int q = 0; q < L::kRowsPerThread; ++q) {
+            const int row = (ptid >> 3) + 16 * q;
+            int offset = -1;
+            if (row < item.ntok) {
+                const int src_row = kGateUp ? __ldg(args.slot_token + item.slot_base + row) : item.slot_base + row;
+                offset = src_row * args.b_ld;
             }
-            sm90::cpAsync16(b_addr + row * kRowBytes + ((chunk ^ (row & 7)) << 4), src, valid);
+            offsets[q] = offset;
         }
     }
 
-    __device__ static void produce(const CUtensorMap* tmap, const GroupedGemmArgs& args, const Shared& sh,
-                                   int total_items, int k_blocks) {
+    // Token tile of (item, kb) into stage `stage` by the 128 producer threads (ptid), rows [0, npad) in 16-byte
+    // chunks (thread: chunk ptid % 8 of rows ptid/8 + 16q); rows past ntok and columns past k are zero-filled.
+    __device__ __forceinline__ static void issueTokens(const GroupedGemmArgs& args, const Shared& sh, int stage,
+                                                       const int (&offsets)[L::kRowsPerThread], int npad, int kb,
+                                                       int ptid) {
+        const uint32_t b_addr = sm90::smemAddr(sh.base + L::kBOffset + stage * L::kBBytes);
+        const int chunk = ptid & 7;
+        const int k = kb * kBlockK + chunk * 8;
+        const bool k_valid = k < args.k;
+#pragma unroll
+        for (int q = 0; q < L::kRowsPerThread; ++q) {
+            const int row = (ptid >> 3) + 16 * q;
+            if (row < npad) {
+                const bool valid = k_valid && offsets[q] >= 0;
+                const uint16_t* src = valid ? args.b_src + offsets[q] + k : args.b_src;
+                sm90::cpAsync16(b_addr + row * kRowBytes + ((chunk ^ (row & 7)) << 4), src, valid);
+            }
+        }
+    }
+
+    __device__ static void produce(const CUtensorMap* tmap, const CUtensorMap* tmap_b, const GroupedGemmArgs& args,
+                                   const Shared& sh, int total_items, int k_blocks) {
         const int ptid = threadIdx.x;
         const uint64_t policy = sm90::policyEvictFirst();
+        const uint64_t token_policy = sm90::policyEvictLast();
         int prefetched = 0;
         if constexpr (!kGateUp) {
             // The weights do not depend on the previous kernel: start streaming them before waiting for it.
@@ -195,10 +229,17 @@ struct Kernel {
             sm90::gridDependencyWait();
             sm90::launchDependents();
         }
+        if (kTmaTokens && ptid != 0) {
+            return;  // one thread issues every copy
+        }
         int iter = 0;
         for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
             const Item item = decodeItem<kBlockTokens>(it, sh.tiles, sh.slots, args.num_experts, args.n_tiles);
             const int npad = paddedTokens<kBlockTokens>(item.ntok);
+            int offsets[L::kRowsPerThread];
+            if constexpr (!kTmaTokens) {
+                tokenRowOffsets(args, item, ptid, offsets);
+            }
             for (int kb = 0; kb < k_blocks; ++kb, ++iter) {
                 const int stage = iter % kStages;
                 const uint32_t phase = (iter / kStages) & 1;
@@ -208,8 +249,12 @@ struct Kernel {
                         issueWeights(tmap, args, sh, stage, item, kb, policy);
                     }
                 }
-                issueTokens(args, sh, stage, item, npad, kb, ptid);
-                sm90::cpAsyncArriveNoinc(&sh.full[stage]);
+                if constexpr (kTmaTokens) {
+                    issueTokenBox(tmap_b, sh, stage, item, kb, token_policy);
+                } else {
+                    issueTokens(args, sh, stage, offsets, npad, kb, ptid);
+                    sm90::cpAsyncArriveNoinc(&sh.full[stage]);
+                }
             }
         }
     }
@@ -272,7 +317,9 @@ struct Kernel {
             const int stage = iter % kStages;
             const uint32_t phase = (iter / kStages) & 1;
             sm90::mbarWait(&sh.full[stage], phase);
-            sm90::fenceProxyAsyncShared();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+            if constexpr (!kTmaTokens) {
+                sm90::fenceProxyAsyncShared();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+            }
             const uint64_t desc_a =
                 sm90::makeSmemDesc(sh.base + L::kAOffset + stage * L::kABytes + wg * kWeightRowsPerConsumer * kRowBytes);
             const uint64_t desc_b = sm90::makeSmemDesc(sh.base + L::kBOffset + stage * L::kBBytes);
@@ -336,10 +383,11 @@ struct Kernel {
     }
 };
 
-template <bool kGateUp, int kConsumers, int kBlockTokens, int kStages>
+template <bool kGateUp, int kConsumers, int kBlockTokens, int kStages, bool kTmaTokens>
 __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ? 2 : 1)
-    groupedGemmKernel(const __grid_constant__ CUtensorMap tmap, const GroupedGemmArgs args) {
-    using K = Kernel<kGateUp, kConsumers, kBlockTokens, kStages>;
+    groupedGemmKernel(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
+                      const GroupedGemmArgs args) {
+    using K = Kernel<kGateUp, kConsumers, kBlockTokens, kStages, kTmaTokens>;
     using L = typename K::L;
     extern __shared__ uint8_t smem_raw[];
     uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
@@ -354,8 +402,11 @@ __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ?
 
     if (threadIdx.x == 0) {
         sm90::prefetchTensorMap(&tmap);
+        if constexpr (kTmaTokens) {
+            sm90::prefetchTensorMap(&tmap_b);
+        }
         for (int s = 0; s < kStages; ++s) {
-            sm90::mbarInit(&sh.full[s], kWarpgroup + 1);
+            sm90::mbarInit(&sh.full[s], kTmaTokens ? 1 : kWarpgroup + 1);
             sm90::mbarInit(&sh.empty[s], kConsumers * kWarpgroup);
         }
         sm90::fenceBarrierInit();
@@ -378,7 +429,7 @@ __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ?
     // NOTE: no setmaxnreg: with a 56-register producer ptxas spilled in the producer's address arithmetic, while
     // the uniform 168-register budget of 384 threads holds the 128 accumulators of a 64 x 256 tile.
     if (warpgroup == 0) {
-        K::produce(&tmap, args, sh, total_items, k_blocks);
+        K::produce(&tmap, &tmap_b, args, sh, total_items, k_blocks);
     } else {
         if constexpr (!kGateUp) {
             sm90::gridDependencyWait();
@@ -389,11 +440,11 @@ __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ?
 }
 
 // Host side: sizes the persistent grid from the occupancy and launches (programmatic serialization optional).
-template <bool kGateUp, int kConsumers, int kBlockTokens, int kStages>
-cudaError_t launch(const CUtensorMap& tmap, const GroupedGemmArgs& args, int sm_count, cudaStream_t stream,
-                   bool programmatic) {
-    using L = Layout<kGateUp, kConsumers, kBlockTokens, kStages>;
-    auto kernel = groupedGemmKernel<kGateUp, kConsumers, kBlockTokens, kStages>;
+template <bool kGateUp, int kConsumers, int kBlockTokens, int kStages, bool kTmaTokens>
+cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const GroupedGemmArgs& args, int sm_count,
+                   cudaStream_t stream, bool programmatic) {
+    using L = Layout<kGateUp, kConsumers, kBlockTokens, kStages, kTmaTokens>;
+    auto kernel = groupedGemmKernel<kGateUp, kConsumers, kBlockTokens, kStages, kTmaTokens>;
     const size_t smem = L::bytes(args.num_experts);
     // The shared-memory limit is raised once per device (to the most any expert count needs), so that launches
     // inside a stream capture make no attribute calls.
@@ -430,20 +481,21 @@ cudaError_t launch(const CUtensorMap& tmap, const GroupedGemmArgs& args, int sm_
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = attr;
     config.numAttrs = programmatic ? 1 : 0;
-    return cudaLaunchKernelEx(&config, kernel, tmap, args);
+    return cudaLaunchKernelEx(&config, kernel, tmap, tmap_b, args);
 }
 
 }  // namespace afd::kernels::cuda::grouped_gemm
 
 // Defines launchGroupedGemm<name> for the shape constant k<name>Shape (moe_grouped_gemm.h).
-#define AFD_DEFINE_GROUPED_GEMM(name)                                                                              \
-    namespace afd::kernels::cuda {                                                                                 \
-    cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap, const GroupedGemmArgs& args,        \
-                                        int sm_count, cudaStream_t stream, bool programmatic) {                    \
-        constexpr TileShape s = k##name##Shape;                                                                    \
-        return gate_up ? grouped_gemm::launch<true, s.consumers, s.block_tokens, s.stages>(tmap, args, sm_count,   \
-                                                                                           stream, programmatic)  \
-                       : grouped_gemm::launch<false, s.consumers, s.block_tokens, s.stages>(tmap, args, sm_count,  \
-                                                                                            stream, programmatic); \
-    }                                                                                                              \
+#define AFD_DEFINE_GROUPED_GEMM(name)                                                                             \
+    namespace afd::kernels::cuda {                                                                                \
+    cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,      \
+                                        const GroupedGemmArgs& args, int sm_count, cudaStream_t stream,           \
+                                        bool programmatic) {                                                      \
+        constexpr TileShape s = k##name##Shape;                                                                   \
+        return gate_up ? grouped_gemm::launch<true, s.consumers, s.block_tokens, s.stages, s.tma_tokens>(         \
+                             tmap_a, tmap_b, args, sm_count, stream, programmatic)                                \
+                       : grouped_gemm::launch<false, s.consumers, s.block_tokens, s.stages, s.tma_tokens>(        \
+                             tmap_a, tmap_b, args, sm_count, stream, programmatic);                               \
+    }                                                                                                             \
     }

@@ -12,8 +12,9 @@
 namespace afd::kernels::cuda {
 
 // Arguments of one grouped GEMM launch (device pointers; shapes in elements).
-//   gate-up: out = h [slots, I], b_src = x [T, H] gathered through slot_token, A = w13 (map rows [E * 2I, H])
-//   down:    out = y [slots, H], b_src = h [slots, I] read in slot order,    A = w2  (map rows [E * H, I])
+//   gate-up: out = h [slots, I], b_src = x [T, H] gathered through slot_token (or x_sorted [slots, H] in slot
+//            order when the tokens come by TMA), A = w13
+//   down:    out = y [slots, H], b_src = h [slots, I] in slot order, A = w2
 struct GroupedGemmArgs {
     const uint16_t* b_src = nullptr;     // bf16 activations, rows of b_ld elements
     const int32_t* slot_token = nullptr;  // [slots] token of each slot (gate-up only)
@@ -27,6 +28,9 @@ struct GroupedGemmArgs {
     int inter = 0;      // I: gate-up rows of an expert are [0, I), up rows [I, 2I)
     int a_rows = 0;     // weight rows of one expert in the map: 2I (gate-up) or H (down)
     int n_tiles = 0;    // weight-row tiles per expert
+    // Gate-up only: 1 when the weight map is the 5-D interleaved view of w13 (one TMA per stage), 0 when it is
+    // the plain 2-D view [E * 2I, H] with boxes of 8 rows (eight TMAs per consumer and stage).
+    int a_interleaved = 0;
 };
 
 // Static shape of a tile configuration.
@@ -34,14 +38,18 @@ struct TileShape {
     int consumers;     // consumer warpgroups (1 or 2); each owns 64 weight rows of the item
     int block_tokens;  // most tokens of one item
     int stages;        // pipeline depth
+    // Token tiles by TMA from rows in slot order (x_sorted for gate-up, h for down; always full boxes), instead
+    // of 16-byte cp.async gathers by the producer warpgroup.
+    bool tma_tokens;
 };
 // NOTE: the .cu file of each configuration instantiates its kernels from these constants.
-inline constexpr TileShape kSmall16Shape{1, 16, 10};
-inline constexpr TileShape kSmall32Shape{1, 32, 8};
-inline constexpr TileShape kSmall64Shape{1, 64, 6};
-inline constexpr TileShape kSmall128Shape{1, 128, 4};
-inline constexpr TileShape kWide128Shape{2, 128, 6};
-inline constexpr TileShape kWide256Shape{2, 256, 4};
+inline constexpr TileShape kSmall16Shape{1, 16, 10, false};
+inline constexpr TileShape kSmall32Shape{1, 32, 8, false};
+inline constexpr TileShape kSmall64Shape{1, 64, 6, false};
+inline constexpr TileShape kSmall128Shape{1, 128, 4, false};
+inline constexpr TileShape kWide128Shape{2, 128, 6, true};
+inline constexpr TileShape kWide256Shape{2, 256, 4, true};
+inline constexpr TileShape kWide256GatherShape{2, 256, 4, false};
 TileShape tileShape(MoeTileConfig config);
 
 // Output columns one item covers: gate-up 32 * consumers intermediate columns, down 64 * consumers hidden rows.
@@ -49,17 +57,21 @@ inline int gateUpColumnsPerItem(const TileShape& s) { return 32 * s.consumers; }
 inline int downRowsPerItem(const TileShape& s) { return 64 * s.consumers; }
 
 // Launches the persistent gate-up (gate_up) or down kernel of a configuration on `stream` (one .cu file each);
-// returns the launch status. `tmap` describes the weight matrix with box {64, 8} (gate-up) or
-// {64, 64 * consumers} (down), bf16, 128-byte swizzle. `sm_count` sizes the persistent grid.
-#define AFD_DECLARE_GROUPED_GEMM(name)                                                                        \
-    cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap, const GroupedGemmArgs& args,   \
-                                        int sm_count, cudaStream_t stream, bool programmatic)
+// returns the launch status. `tmap_a` describes the weights: gate-up the 5-D interleaved view of w13 with box
+// {64, 8, 2, 4 * consumers, 1} (a_interleaved) or the 2-D view with box {64, 8}; down w2 as [E * H, I] with box
+// {64, 64 * consumers}. `tmap_b` (tma_tokens shapes only) describes b_src as [rows, b_ld] with box
+// {64, block_tokens}. All bf16 with the 128-byte swizzle. `sm_count` sizes the persistent grid.
+#define AFD_DECLARE_GROUPED_GEMM(name)                                                                            \
+    cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,      \
+                                        const GroupedGemmArgs& args, int sm_count, cudaStream_t stream,           \
+                                        bool programmatic)
 AFD_DECLARE_GROUPED_GEMM(Small16);
 AFD_DECLARE_GROUPED_GEMM(Small32);
 AFD_DECLARE_GROUPED_GEMM(Small64);
 AFD_DECLARE_GROUPED_GEMM(Small128);
 AFD_DECLARE_GROUPED_GEMM(Wide128);
 AFD_DECLARE_GROUPED_GEMM(Wide256);
+AFD_DECLARE_GROUPED_GEMM(Wide256Gather);
 #undef AFD_DECLARE_GROUPED_GEMM
 
 }  // namespace afd::kernels::cuda

@@ -1,8 +1,11 @@
 // Permute stage of the MoE layer: groups routing entries by expert on the device (no host synchronisation).
-// One CTA of 1024 threads: (1) each entry takes a rank within its expert from a shared-memory counter, with the
-// lanes of a warp that share an expert aggregated into one atomic (skewed routing puts many entries on one
-// expert); (2) a block scan of the counts gives slot offsets and token-tile offsets; (3) each entry's slot is
-// offset + rank. Slot order within an expert is whatever the atomics gave: no result depends on it.
+// (1) each entry takes a rank within its expert from a shared-memory counter, with the lanes of a warp that
+// share an expert aggregated into one atomic (skewed routing puts many entries on one expert); (2) a block scan
+// of the counts gives slot offsets and token-tile offsets; (3) each entry's slot is offset + rank. Up to
+// kSingleCtaEntries entries one CTA does all three; beyond, chunks of kChunk entries are ranked by one CTA each
+// (countKernel, per-chunk counts to the workspace) and a second kernel (scatterKernel, one CTA per chunk) scans
+// the totals and places its chunk after the earlier chunks' entries of each expert. Slot order within an
+// expert is whatever the atomics gave: no result depends on it.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -14,6 +17,7 @@ namespace afd::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
+constexpr int kChunk = kThreads;  // entries per CTA on the chunked path (one per thread)
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // Exclusive scan of one value per thread over the block; *total receives the sum.
@@ -54,12 +58,56 @@ __device__ int blockExclusiveScan(int value, int* warp_sums, int* total) {
     return result;
 }
 
-__device__ __forceinline__ int servedExpert(const int32_t* topk_ids, int i, int num_entries, int num_experts) {
+__device__ __forceinline__ int servedExpertOf(const int32_t* topk_ids, int i, int num_entries, int num_experts) {
     if (i >= num_entries) {
         return -1;
     }
     const int e = topk_ids[i];
     return (e >= 0 && e < num_experts) ? e : -1;
+}
+
+// Ranks entries [begin, end) within their experts in counts[] (shared); rank -> entry_slot, -1 if not served.
+__device__ void rankEntries(const int32_t* topk_ids, int begin, int end, int num_experts, int* counts,
+                            int32_t* entry_slot) {
+    const int lane = threadIdx.x & 31;
+    const unsigned lanes_below = (1u << lane) - 1u;
+    for (int base = begin; base < end; base += kThreads) {
+        const int i = base + threadIdx.x;
+        const int e = servedExpertOf(topk_ids, i, end, num_experts);
+        const unsigned peers = __match_any_sync(kFullMask, e);
+        const int leader = __ffs(peers) - 1;
+        int first = 0;
+        if (lane == leader && e >= 0) {
+            first = atomicAdd(&counts[e], __popc(peers));
+        }
+        first = __shfl_sync(kFullMask, first, leader);
+        if (i < end) {
+            entry_slot[i] = e >= 0 ? first + __popc(peers & lanes_below) : -1;
+        }
+    }
+}
+
+// Scans counts (thread e holds count_e) into offsets[] (shared) and, if `write`, the global offsets.
+__device__ void scanOffsets(int count, int num_experts, int block_tokens, int* warp_sums, int* offsets, bool write,
+                            int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset) {
+    const int tid = threadIdx.x;
+    const int tiles = (count + block_tokens - 1) / block_tokens;
+    int total_slots = 0;
+    int total_tiles = 0;
+    const int slot_start = blockExclusiveScan(count, warp_sums, &total_slots);
+    const int tile_start = blockExclusiveScan(tiles, warp_sums, &total_tiles);
+    if (tid < num_experts) {
+        offsets[tid] = slot_start;
+        if (write) {
+            expert_count[tid] = count;
+            slot_offset[tid] = slot_start;
+            tile_offset[tid] = tile_start;
+        }
+    }
+    if (write && tid == 0) {
+        slot_offset[num_experts] = total_slots;
+        tile_offset[num_experts] = total_tiles;
+    }
 }
 
 __global__ void __launch_bounds__(kThreads) permuteKernel(const int32_t* topk_ids, int num_entries, int top_k,
@@ -70,7 +118,6 @@ __global__ void __launch_bounds__(kThreads) permuteKernel(const int32_t* topk_id
     __shared__ int offsets[kMaxPermuteExperts];
     __shared__ int warp_sums[33];
     const int tid = threadIdx.x;
-    const int lane = tid & 31;
     sm90::gridDependencyWait();
 
     for (int e = tid; e < num_experts; e += kThreads) {
@@ -79,40 +126,12 @@ __global__ void __launch_bounds__(kThreads) permuteKernel(const int32_t* topk_id
     __syncthreads();
 
     // (1) ranks within experts, kept in entry_slot until the offsets are known.
-    const unsigned lanes_below = (1u << lane) - 1u;
-    for (int base = 0; base < num_entries; base += kThreads) {
-        const int i = base + tid;
-        const int e = servedExpert(topk_ids, i, num_entries, num_experts);
-        const unsigned peers = __match_any_sync(kFullMask, e);
-        const int leader = __ffs(peers) - 1;
-        int first = 0;
-        if (lane == leader && e >= 0) {
-            first = atomicAdd(&counts[e], __popc(peers));
-        }
-        first = __shfl_sync(kFullMask, first, leader);
-        if (i < num_entries) {
-            entry_slot[i] = e >= 0 ? first + __popc(peers & lanes_below) : -1;
-        }
-    }
+    rankEntries(topk_ids, 0, num_entries, num_experts, counts, entry_slot);
     __syncthreads();
 
     // (2) offsets of slots and of token tiles.
-    const int count = tid < num_experts ? counts[tid] : 0;
-    const int tiles = (count + block_tokens - 1) / block_tokens;
-    int total_slots = 0;
-    int total_tiles = 0;
-    const int slot_start = blockExclusiveScan(count, warp_sums, &total_slots);
-    const int tile_start = blockExclusiveScan(tiles, warp_sums, &total_tiles);
-    if (tid < num_experts) {
-        offsets[tid] = slot_start;
-        expert_count[tid] = count;
-        slot_offset[tid] = slot_start;
-        tile_offset[tid] = tile_start;
-    }
-    if (tid == 0) {
-        slot_offset[num_experts] = total_slots;
-        tile_offset[num_experts] = total_tiles;
-    }
+    scanOffsets(tid < num_experts ? counts[tid] : 0, num_experts, block_tokens, warp_sums, offsets, true,
+                expert_count, slot_offset, tile_offset);
     __syncthreads();
     sm90::launchDependents();
 
@@ -127,25 +146,107 @@ __global__ void __launch_bounds__(kThreads) permuteKernel(const int32_t* topk_id
     }
 }
 
+// Chunked path, kernel 1: ranks chunk blockIdx.x within its experts; its counts go to chunk_counts[chunk][e].
+__global__ void __launch_bounds__(kThreads) countKernel(const int32_t* topk_ids, int num_entries, int num_experts,
+                                                        int32_t* entry_slot, int32_t* chunk_counts) {
+    __shared__ int counts[kMaxPermuteExperts];
+    sm90::gridDependencyWait();
+    sm90::launchDependents();
+    for (int e = threadIdx.x; e < num_experts; e += kThreads) {
+        counts[e] = 0;
+    }
+    __syncthreads();
+    const int begin = blockIdx.x * kChunk;
+    rankEntries(topk_ids, begin, min(num_entries, begin + kChunk), num_experts, counts, entry_slot);
+    __syncthreads();
+    for (int e = threadIdx.x; e < num_experts; e += kThreads) {
+        chunk_counts[static_cast<int64_t>(blockIdx.x) * num_experts + e] = counts[e];
+    }
+}
+
+// Chunked path, kernel 2: every CTA scans the experts' totals (CTA 0 writes them out) and places its chunk's
+// entries after the entries of the earlier chunks.
+__global__ void __launch_bounds__(kThreads) scatterKernel(const int32_t* topk_ids, int num_entries, int top_k,
+                                                          int num_experts, int block_tokens, int num_chunks,
+                                                          const int32_t* chunk_counts, int32_t* expert_count,
+                                                          int32_t* slot_offset, int32_t* tile_offset,
+                                                          int32_t* entry_slot, int32_t* slot_token) {
+    __shared__ int offsets[kMaxPermuteExperts];
+    __shared__ int warp_sums[33];
+    const int tid = threadIdx.x;
+    sm90::gridDependencyWait();
+    int total = 0;
+    int before = 0;
+    if (tid < num_experts) {
+        for (int c = 0; c < num_chunks; ++c) {
+            const int n = chunk_counts[static_cast<int64_t>(c) * num_experts + tid];
+            before += c < static_cast<int>(blockIdx.x) ? n : 0;
+            total += n;
+        }
+    }
+    scanOffsets(total, num_experts, block_tokens, warp_sums, offsets, blockIdx.x == 0, expert_count, slot_offset,
+                tile_offset);
+    __syncthreads();
+    if (tid < num_experts) {
+        offsets[tid] += before;
+    }
+    __syncthreads();
+    sm90::launchDependents();
+    const int i = blockIdx.x * kChunk + tid;
+    if (i < num_entries) {
+        const int rank = entry_slot[i];
+        if (rank >= 0) {
+            const int slot = offsets[topk_ids[i]] + rank;
+            entry_slot[i] = slot;
+            slot_token[slot] = i / top_k;
+        }
+    }
+}
+
+cudaLaunchConfig_t permuteLaunchConfig(unsigned blocks, cudaStream_t stream, cudaLaunchAttribute* attr,
+                                       bool programmatic) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr->val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attr;
+    config.numAttrs = programmatic ? 1 : 0;
+    return config;
+}
+
 }  // namespace
+
+int permuteChunks(int num_entries) {
+    return num_entries <= kSingleCtaPermuteEntries ? 0 : (num_entries + kChunk - 1) / kChunk;
+}
 
 cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                              int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot,
-                             int32_t* slot_token, cudaStream_t stream, bool programmatic) {
+                             int32_t* slot_token, int32_t* chunk_counts, cudaStream_t stream, bool programmatic) {
     if (num_experts < 1 || num_experts > kMaxPermuteExperts || block_tokens < 1 || top_k < 1) {
         return cudaErrorInvalidValue;
     }
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(1);
-    config.blockDim = dim3(kThreads);
-    config.stream = stream;
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attr;
-    config.numAttrs = programmatic ? 1 : 0;
-    return cudaLaunchKernelEx(&config, permuteKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
-                              expert_count, slot_offset, tile_offset, entry_slot, slot_token);
+    const int chunks = permuteChunks(num_entries);
+    if (chunks == 0) {
+        const cudaLaunchConfig_t config = permuteLaunchConfig(1, stream, attr, programmatic);
+        return cudaLaunchKernelEx(&config, permuteKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
+                                  expert_count, slot_offset, tile_offset, entry_slot, slot_token);
+    }
+    const cudaLaunchConfig_t count_config = permuteLaunchConfig(static_cast<unsigned>(chunks), stream, attr,
+                                                                programmatic);
+    const cudaError_t err =
+        cudaLaunchKernelEx(&count_config, countKernel, topk_ids, num_entries, num_experts, entry_slot, chunk_counts);
+    if (err != cudaSuccess) {
+        return err;
+    }
+    const cudaLaunchConfig_t scatter_config = permuteLaunchConfig(static_cast<unsigned>(chunks), stream, attr,
+                                                                  programmatic);
+    return cudaLaunchKernelEx(&scatter_config, scatterKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
+                              chunks, static_cast<const int32_t*>(chunk_counts), expert_count, slot_offset,
+                              tile_offset, entry_slot, slot_token);
 }
 
 }  // namespace afd::kernels::cuda

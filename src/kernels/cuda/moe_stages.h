@@ -8,15 +8,27 @@
 
 namespace afd::kernels::cuda {
 
-// Most experts the permute stage handles (one CTA; one thread per expert in the scan).
+// Most experts the permute stage handles (one thread per expert in its scans).
 inline constexpr int kMaxPermuteExperts = 1024;
+// Up to this many routing entries the permute stage is one CTA; beyond, two kernels over chunks of 1024.
+inline constexpr int kSingleCtaPermuteEntries = 2048;
+
+// Chunks of the two-kernel permute path for num_entries (0: one CTA); chunk_counts holds chunks * E ints.
+int permuteChunks(int num_entries);
 
 // Groups the routing entries by expert. topk_ids [num_entries] (entry t*K + j); ids outside [0, num_experts)
 // are not served. Writes expert_count [E], slot_offset [E + 1], tile_offset [E + 1] (tiles of block_tokens),
-// entry_slot [num_entries] (-1 when not served) and slot_token [valid entries]. One CTA.
+// entry_slot [num_entries] (-1 when not served) and slot_token [valid entries]; chunk_counts
+// [permuteChunks(num_entries), E] is scratch.
 cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                              int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot,
-                             int32_t* slot_token, cudaStream_t stream, bool programmatic);
+                             int32_t* slot_token, int32_t* chunk_counts, cudaStream_t stream, bool programmatic);
+
+// x_sorted[slot] = x[slot_token[slot]] for slot < min(slot_offset[E], max_slots); rows of `hidden` bf16,
+// hidden % 8 == 0. Grid-stride over slots (at most 8 CTAs per SM).
+cudaError_t launchMoeGather(const uint16_t* x, const int32_t* slot_token, const int32_t* slot_offset, int num_experts,
+                            int hidden, int max_slots, uint16_t* x_sorted, int sm_count, cudaStream_t stream,
+                            bool programmatic);
 
 // out[t] = sum_j topk_weights[t, j] * y[entry_slot[t, j]] over served entries (fp32), bf16 out [T, H];
 // zero for a token with no served entry. hidden % 8 == 0.

@@ -80,6 +80,24 @@ __device__ __forceinline__ void tmaLoad2d(void* dst, const void* tmap, uint64_t*
         : "memory");
 }
 
+// 5-D tiled load of the box at {c0 … c4} of `tmap` (same completion as tmaLoad2d).
+__device__ __forceinline__ void tmaLoad5d(void* dst, const void* tmap, uint64_t* bar, int32_t c0, int32_t c1,
+                                          int32_t c2, int32_t c3, int32_t c4, uint64_t policy) {
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%3, %4, %5, %6, %7}], [%2], %8;" ::"r"(smemAddr(dst)),
+        "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smemAddr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4),
+        "l"(policy)
+        : "memory");
+}
+
+// L2 policy for data read again soon (token tiles shared by the items of one expert): evict last.
+__device__ __forceinline__ uint64_t policyEvictLast() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+
 // ---- cp.async (16-byte, L2 only) ------------------------------------------------------------------------------
 
 // Copies 16 bytes from global `src` to shared `dst`; with `valid` false writes 16 zero bytes and reads nothing.
