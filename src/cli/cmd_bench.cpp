@@ -24,6 +24,7 @@ struct BenchMoeFlags {
     std::vector<std::string> tiles{"auto"};
     std::string csv;
     bool no_stages = false;
+    bool no_fuse_routing = false;
 };
 
 void printTable(const kernels::cuda::MoeBenchResult& r) {
@@ -83,6 +84,7 @@ int runBenchMoe(BenchMoeFlags& flags) {
         }
     }
     flags.options.stages = !flags.no_stages;
+    flags.options.fuse_small_routing = !flags.no_fuse_routing;
     try {
         const auto result = kernels::cuda::runMoeBench(flags.options);
         printTable(result);
@@ -119,6 +121,8 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
     moe->add_option("--dump-routing", flags->options.dump_routing_dir,
                     "write each point's routing to this folder (read by bench/peers)");
     moe->add_flag("--no-stages", flags->no_stages, "do not time the four stages apart");
+    moe->add_flag("--no-fuse-routing", flags->no_fuse_routing,
+                  "always run the permute kernel (no routing inside the GEMM kernels for small batches)");
     moe->callback([flags, &exit_code] { exit_code = runBenchMoe(*flags); });
 #else
     moe->callback([&exit_code] {

@@ -28,11 +28,22 @@ namespace afd::kernels {
 // Tile shape of the grouped GEMMs. kSmallN: one consumer warpgroup, items of 64 weight rows x up to N tokens,
 // two CTAs per SM, token tiles gathered by cp.async (memory-bound regime). kWideN: two consumer warpgroups,
 // items of 128 weight rows x up to N tokens, one CTA per SM, token tiles by TMA from rows in slot order
-// (compute-bound regime); kWide256Gather: the wide tile with cp.async gathers. kAuto picks from
-// T * top_k / num_experts.
-enum class MoeTileConfig { kAuto, kSmall16, kSmall32, kSmall64, kSmall128, kWide128, kWide256, kWide256Gather };
+// (compute-bound regime); kWide256Gather: the wide tile with cp.async gathers. kTall128: two consumers with two
+// 64-row blocks each, items of 256 weight rows x up to 128 tokens (token tiles by TMA), so each token tile is
+// re-read half as often as with kWide128. kAuto picks from T * top_k / num_experts.
+enum class MoeTileConfig {
+    kAuto,
+    kSmall16,
+    kSmall32,
+    kSmall64,
+    kSmall128,
+    kWide128,
+    kWide256,
+    kWide256Gather,
+    kTall128
+};
 
-// Parses "auto", "small16" … "wide256", "wide256g"; returns false for anything else.
+// Parses "auto", "small16" … "wide256", "wide256g", "tall128"; returns false for anything else.
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config);
 const char* moeTileConfigName(MoeTileConfig config);
 
@@ -41,6 +52,9 @@ struct MoeCudaOptions {
     // Launch gate-up, down and combine with programmatic dependent launch, so each kernel's prologue (and the
     // down kernel's first weight loads) overlaps the previous kernel's tail.
     bool programmatic_launch = true;
+    // With at most 256 routing entries (and a cp.async tile shape) the GEMM kernels compute the routing
+    // themselves and moePermuteCuda launches nothing; the gate-up kernel still writes the permute outputs.
+    bool fuse_small_routing = true;
 };
 
 // The tile configuration moeForwardCuda uses for these params and options (never kAuto).
@@ -68,7 +82,7 @@ void moeForwardCuda(const MoeParams& params, void* workspace, size_t workspace_b
                     const MoeCudaOptions& options = {});
 
 // The four stages of moeForwardCuda, each on `stream`, for the harness and stage timing; run in order with the
-// same params, workspace and options.
+// same params, workspace and options. With fused small routing the permute outputs exist after moeGateUpCuda.
 void moePermuteCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,
                     const MoeCudaOptions& options = {});
 void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,

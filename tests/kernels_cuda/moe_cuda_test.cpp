@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -112,20 +113,41 @@ std::vector<Case> cases() {
 
 constexpr MoeTileConfig kAllConfigs[] = {
     MoeTileConfig::kAuto,     MoeTileConfig::kSmall16, MoeTileConfig::kSmall32, MoeTileConfig::kSmall64,
-    MoeTileConfig::kSmall128, MoeTileConfig::kWide128, MoeTileConfig::kWide256, MoeTileConfig::kWide256Gather};
+    MoeTileConfig::kSmall128, MoeTileConfig::kWide128, MoeTileConfig::kWide256, MoeTileConfig::kWide256Gather,
+    MoeTileConfig::kTall128};
 
+// The configurations whose tiles divide the case's shape (the others are refused by resolveMoeTileConfig).
 std::vector<MoeTileConfig> configsFor(const Case& c) {
+    MoeParams p;
+    p.num_tokens = c.tokens;
+    p.hidden = c.hidden;
+    p.inter = c.inter;
+    p.num_experts = c.experts;
+    p.top_k = c.top_k;
     std::vector<MoeTileConfig> configs;
     for (MoeTileConfig t : kAllConfigs) {
-        const int consumers = (t == MoeTileConfig::kWide128 || t == MoeTileConfig::kWide256 ||
-                               t == MoeTileConfig::kWide256Gather)
-                                  ? 2
-                                  : 1;
-        if (c.inter % (32 * consumers) == 0 && c.hidden % (64 * consumers) == 0) {
+        MoeCudaOptions options;
+        options.tile = t;
+        try {
+            (void)resolveMoeTileConfig(p, options);
             configs.push_back(t);
+        } catch (const core::Error&) {
         }
     }
     return configs;
+}
+
+// Each configuration, with the routing fused into the GEMM kernels and with the permute kernel when the case is
+// small enough for the fused path.
+std::vector<std::pair<MoeTileConfig, bool>> configsAndRoutingModes(const Case& c) {
+    std::vector<std::pair<MoeTileConfig, bool>> modes;
+    for (const MoeTileConfig t : configsFor(c)) {
+        modes.emplace_back(t, true);
+        if (c.tokens * c.top_k <= 256) {
+            modes.emplace_back(t, false);
+        }
+    }
+    return modes;
 }
 
 int blockTokens(MoeTileConfig config) {
@@ -138,6 +160,7 @@ int blockTokens(MoeTileConfig config) {
             return 64;
         case MoeTileConfig::kSmall128:
         case MoeTileConfig::kWide128:
+        case MoeTileConfig::kTall128:
             return 128;
         case MoeTileConfig::kWide256:
         case MoeTileConfig::kWide256Gather:
@@ -216,10 +239,11 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
         const auto ref_h = test::referenceGateUp(p.x, p.w13, p.routing.ids, c.tokens, c.hidden, c.inter, c.top_k);
         const auto ref_out = test::referenceMoe(p.x, p.w13, p.w2, p.routing, c.tokens, c.hidden, c.inter, c.top_k);
         const MoeParams params = p.params();
-        for (const MoeTileConfig config : configsFor(c)) {
-            SCOPED_TRACE(moeTileConfigName(config));
+        for (const auto& [config, fuse] : configsAndRoutingModes(c)) {
+            SCOPED_TRACE(testing::Message() << moeTileConfigName(config) << (fuse ? " fused routing" : ""));
             MoeCudaOptions options;
             options.tile = config;
+            options.fuse_small_routing = fuse;
             const MoeTileConfig resolved = resolveMoeTileConfig(params, options);
             const MoeWorkspaceView view = moeWorkspaceView(params, p.d_ws.get(), p.d_ws.bytes());
 
@@ -231,12 +255,12 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
                 AFD_CUDA_CHECK(cudaDeviceSynchronize());
                 continue;
             }
-            const PermuteResult perm = checkPermutation(p, view, blockTokens(resolved));
-            const int32_t slots = perm.slot_offset.back();
-
-            // gate-up + SwiGLU against the fp32 reference of every served entry
+            // gate-up + SwiGLU against the fp32 reference of every served entry (the permutation is checked after
+            // it: with fused small routing the gate-up kernel writes it)
             moeGateUpCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
             AFD_CUDA_CHECK(cudaDeviceSynchronize());
+            const PermuteResult perm = checkPermutation(p, view, blockTokens(resolved));
+            const int32_t slots = perm.slot_offset.back();
             std::vector<core::Bf16> h_bits(static_cast<size_t>(slots * c.inter));
             AFD_CUDA_CHECK(cudaMemcpy(h_bits.data(), view.h, h_bits.size() * 2, cudaMemcpyDeviceToHost));
             const std::vector<float> h = test::toFloat(h_bits);
@@ -308,37 +332,41 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
 }
 
 // The layer captured once in a CUDA graph reads the routing at replay time: new ids, same graph, new result.
+// 2800 entries take the chunked permute; 80 entries the routing fused into the GEMM kernels.
 TEST(MoeCudaTest, GraphReplayFollowsNewRouting) {
     AFD_REQUIRE_HOPPER();
     std::mt19937 rng(77);
-    Problem p({"graph", 700, 256, 128, 16, 4, Routing::kUniform}, rng);  // 2800 entries: chunked permute
-    const MoeParams params = p.params();
-    cudaStream_t stream = nullptr;
-    AFD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), stream);  // eager warm-up (module load)
-    AFD_CUDA_CHECK(cudaStreamSynchronize(stream));
-
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    AFD_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), stream);
-    AFD_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    AFD_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-
-    for (const Routing routing : {Routing::kUniform, Routing::kSkewed, Routing::kOneExpert}) {
-        p.routing = test::makeRouting(p.c.tokens, p.c.experts, p.c.top_k, routing, rng);
-        p.d_ids.upload(p.routing.ids.data(), p.routing.ids.size() * 4);
-        p.d_weights.upload(p.routing.weights.data(), p.routing.weights.size() * 4);
-        p.poisonOutputs();
-        AFD_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    for (const int64_t tokens : {700, 20}) {
+        SCOPED_TRACE(testing::Message() << "T " << tokens);
+        Problem p({"graph", tokens, 256, 128, 16, 4, Routing::kUniform}, rng);
+        const MoeParams params = p.params();
+        cudaStream_t stream = nullptr;
+        AFD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), stream);  // eager warm-up (module load)
         AFD_CUDA_CHECK(cudaStreamSynchronize(stream));
-        const auto want =
-            test::referenceMoe(p.x, p.w13, p.w2, p.routing, p.c.tokens, p.c.hidden, p.c.inter, p.c.top_k);
-        EXPECT_LT(test::relativeL2(p.out(), want), kBf16Tolerance);
+
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        AFD_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), stream);
+        AFD_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        AFD_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+        for (const Routing routing : {Routing::kUniform, Routing::kSkewed, Routing::kOneExpert}) {
+            p.routing = test::makeRouting(p.c.tokens, p.c.experts, p.c.top_k, routing, rng);
+            p.d_ids.upload(p.routing.ids.data(), p.routing.ids.size() * 4);
+            p.d_weights.upload(p.routing.weights.data(), p.routing.weights.size() * 4);
+            p.poisonOutputs();
+            AFD_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+            AFD_CUDA_CHECK(cudaStreamSynchronize(stream));
+            const auto want =
+                test::referenceMoe(p.x, p.w13, p.w2, p.routing, p.c.tokens, p.c.hidden, p.c.inter, p.c.top_k);
+            EXPECT_LT(test::relativeL2(p.out(), want), kBf16Tolerance);
+        }
+        AFD_CUDA_CHECK(cudaGraphExecDestroy(exec));
+        AFD_CUDA_CHECK(cudaGraphDestroy(graph));
+        AFD_CUDA_CHECK(cudaStreamDestroy(stream));
     }
-    AFD_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    AFD_CUDA_CHECK(cudaGraphDestroy(graph));
-    AFD_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 // Error paths: checked before any device work, so they run without a GPU too.
@@ -401,7 +429,7 @@ TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
     p.num_tokens = 256;
     EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall64);
     p.num_tokens = 1024;
-    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall128);
+    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kTall128);
     p.num_tokens = 16384;
     EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kWide256);
 }

@@ -302,6 +302,7 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
             for (const MoeTileConfig tile : o.tiles) {
                 MoeCudaOptions options;
                 options.tile = tile;
+                options.fuse_small_routing = o.fuse_small_routing;
                 MoeBenchRow row;
                 row.tokens = tokens;
                 row.routing = kind;

@@ -26,6 +26,7 @@ struct MoeBenchOptions {
     int reps = 100;      // timed replays per point (median reported)
     int warmup = 10;     // untimed replays per point
     bool stages = true;  // also time the four stages apart (graphs of one stage each)
+    bool fuse_small_routing = true;  // MoeCudaOptions::fuse_small_routing
     std::string dump_routing_dir;  // if set, writes routing_<name>_T<T>.bin for the peer scripts
     uint64_t seed = 1;
 };

@@ -82,7 +82,7 @@ void checkMoeParams(const MoeParams& p) {
 }
 
 bool shapeFits(const MoeParams& p, const TileShape& s) {
-    return p.inter % (32 * s.consumers) == 0 && p.hidden % (64 * s.consumers) == 0;
+    return p.inter % cuda::gateUpColumnsPerItem(s) == 0 && p.hidden % cuda::downRowsPerItem(s) == 0;
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
@@ -136,6 +136,9 @@ bool interleavedGateUpMap(const core::Bf16* w13, int64_t experts, int64_t inter,
     return result == CUDA_SUCCESS;
 }
 
+// Rows of one token TMA box (moe_grouped_gemm.cuh issues as many boxes as an item needs).
+uint32_t tokenBoxRows(const TileShape& s) { return static_cast<uint32_t>(std::min(64, s.block_tokens)); }
+
 int smCount() {
     int device = 0;
     AFD_CUDA_CHECK(cudaGetDevice(&device));
@@ -163,6 +166,8 @@ cudaError_t dispatchGroupedGemm(MoeTileConfig config, bool gate_up, const CUtens
             return cuda::launchGroupedGemmWide256(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
         case MoeTileConfig::kWide256Gather:
             return cuda::launchGroupedGemmWide256Gather(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
+        case MoeTileConfig::kTall128:
+            return cuda::launchGroupedGemmTall128(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
         case MoeTileConfig::kAuto:
             break;
     }
@@ -175,6 +180,7 @@ struct Resolved {
     MoeTileConfig config;
     TileShape shape;
     MoeWorkspaceView view;
+    bool fused_routing;  // the GEMM kernels compute the routing (moe_fused_routing.cuh)
 };
 
 Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_bytes, const MoeCudaOptions& options) {
@@ -183,6 +189,8 @@ Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_byte
     r.config = resolveMoeTileConfig(params, options);
     r.shape = cuda::tileShape(r.config);
     r.view = moeWorkspaceView(params, workspace, workspace_bytes);
+    r.fused_routing = options.fuse_small_routing && !r.shape.tma_tokens &&
+                      params.num_tokens * params.top_k <= cuda::kFusedRoutingEntries;
     return r;
 }
 
@@ -193,6 +201,11 @@ GroupedGemmArgs commonArgs(const MoeParams& params, const Resolved& r) {
     args.tile_offset = r.view.tile_offset;
     args.num_experts = static_cast<int>(params.num_experts);
     args.inter = static_cast<int>(params.inter);
+    if (r.fused_routing) {
+        args.fused_entries = static_cast<int>(params.num_tokens * params.top_k);
+        args.top_k = static_cast<int>(params.top_k);
+        args.topk_ids = params.topk_ids;
+    }
     return args;
 }
 
@@ -216,6 +229,8 @@ TileShape tileShape(MoeTileConfig config) {
             return kWide256Shape;
         case MoeTileConfig::kWide256Gather:
             return kWide256GatherShape;
+        case MoeTileConfig::kTall128:
+            return kTall128Shape;
         case MoeTileConfig::kAuto:
             break;
     }
@@ -227,7 +242,8 @@ TileShape tileShape(MoeTileConfig config) {
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config) {
     static constexpr MoeTileConfig kAll[] = {
         MoeTileConfig::kAuto,     MoeTileConfig::kSmall16, MoeTileConfig::kSmall32, MoeTileConfig::kSmall64,
-        MoeTileConfig::kSmall128, MoeTileConfig::kWide128, MoeTileConfig::kWide256, MoeTileConfig::kWide256Gather};
+        MoeTileConfig::kSmall128, MoeTileConfig::kWide128, MoeTileConfig::kWide256, MoeTileConfig::kWide256Gather,
+        MoeTileConfig::kTall128};
     for (const MoeTileConfig c : kAll) {
         if (std::strcmp(text, moeTileConfigName(c)) == 0) {
             *config = c;
@@ -255,6 +271,8 @@ const char* moeTileConfigName(MoeTileConfig config) {
             return "wide256";
         case MoeTileConfig::kWide256Gather:
             return "wide256g";
+        case MoeTileConfig::kTall128:
+            return "tall128";
     }
     return "?";
 }
@@ -263,18 +281,18 @@ MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions
     if (options.tile != MoeTileConfig::kAuto) {
         AFD_CHECK(shapeFits(params, cuda::tileShape(options.tile)),
                   "MoE tile config {} needs inter % {} == 0 and hidden % {} == 0 (inter {}, hidden {})",
-                  moeTileConfigName(options.tile), 32 * cuda::tileShape(options.tile).consumers,
-                  64 * cuda::tileShape(options.tile).consumers, params.inter, params.hidden);
+                  moeTileConfigName(options.tile), cuda::gateUpColumnsPerItem(cuda::tileShape(options.tile)),
+                  cuda::downRowsPerItem(cuda::tileShape(options.tile)), params.inter, params.hidden);
         return options.tile;
     }
     // Mean routing entries per expert decides between the memory-bound shapes (one consumer, two CTAs per SM,
     // the token tile just above the typical count so each expert's weights stream once) and the wide shape.
     const int64_t mean = params.num_experts > 0 ? params.num_tokens * params.top_k / params.num_experts : 0;
     MoeTileConfig config = MoeTileConfig::kSmall16;
-    if (mean > 96) {
+    if (mean > 512) {
         config = MoeTileConfig::kWide256;
     } else if (mean > 32) {
-        config = MoeTileConfig::kSmall128;
+        config = MoeTileConfig::kTall128;
     } else if (mean > 4) {
         config = MoeTileConfig::kSmall64;
     }
@@ -313,7 +331,7 @@ MoeWorkspaceView moeWorkspaceView(const MoeParams& params, void* workspace, size
 void moePermuteCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,
                     const MoeCudaOptions& options) {
     const Resolved r = prepare(params, workspace, workspace_bytes, options);
-    if (params.num_tokens == 0) {
+    if (params.num_tokens == 0 || r.fused_routing) {
         return;
     }
     AFD_CUDA_CHECK(cuda::launchMoePermute(params.topk_ids, static_cast<int>(params.num_tokens * params.top_k),
@@ -338,9 +356,16 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
     args.out_ld = static_cast<int>(params.inter);
     args.a_rows = static_cast<int>(2 * params.inter);
     args.n_tiles = static_cast<int>(params.inter / cuda::gateUpColumnsPerItem(r.shape));
+    if (r.fused_routing) {
+        args.routing_out.expert_count = r.view.expert_count;
+        args.routing_out.slot_offset = r.view.slot_offset;
+        args.routing_out.tile_offset = r.view.tile_offset;
+        args.routing_out.entry_slot = r.view.entry_slot;
+        args.routing_out.slot_token = r.view.slot_token;
+    }
     CUtensorMap tmap_a;
     args.a_interleaved = interleavedGateUpMap(params.w13, params.num_experts, params.inter, params.hidden,
-                                              static_cast<uint32_t>(4 * r.shape.consumers), &tmap_a)
+                                              static_cast<uint32_t>(cuda::gateUpColumnsPerItem(r.shape) / 8), &tmap_a)
                              ? 1
                              : 0;
     if (args.a_interleaved == 0) {
@@ -355,7 +380,7 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
                                              reinterpret_cast<uint16_t*>(r.view.x_sorted), smCount(),
                                              asStream(stream), options.programmatic_launch));
         args.b_src = reinterpret_cast<const uint16_t*>(r.view.x_sorted);
-        tmap_b = matrixTensorMap(r.view.x_sorted, rows, params.hidden, static_cast<uint32_t>(r.shape.block_tokens));
+        tmap_b = matrixTensorMap(r.view.x_sorted, rows, params.hidden, tokenBoxRows(r.shape));
     }
     AFD_CUDA_CHECK(
         dispatchGroupedGemm(r.config, true, tmap_a, tmap_b, args, asStream(stream), options.programmatic_launch));
@@ -381,7 +406,7 @@ void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_byte
     CUtensorMap tmap_b;
     std::memset(&tmap_b, 0, sizeof(tmap_b));
     if (r.shape.tma_tokens) {
-        tmap_b = matrixTensorMap(r.view.h, rows, params.inter, static_cast<uint32_t>(r.shape.block_tokens));
+        tmap_b = matrixTensorMap(r.view.h, rows, params.inter, tokenBoxRows(r.shape));
     }
     AFD_CUDA_CHECK(
         dispatchGroupedGemm(r.config, false, tmap_a, tmap_b, args, asStream(stream), options.programmatic_launch));

@@ -10,8 +10,9 @@
 // and each CTA takes items blockIdx.x, blockIdx.x + gridDim.x, … The item list comes from the permute stage's
 // device-side offsets: the host never learns the counts.
 //
-// CTA = one producer warpgroup + kConsumers consumer warpgroups, a kStages-deep ring of shared-memory stages,
-// each stage = weight tile [64 * kConsumers rows x 64 k] loaded by TMA (thread 0) + token tile
+// CTA = one producer warpgroup + kConsumers consumer warpgroups, each owning kMBlocks blocks of 64 weight rows
+// (one accumulator per block), a kStages-deep ring of shared-memory stages,
+// each stage = weight tile [64 * kConsumers * kMBlocks rows x 64 k] loaded by TMA (thread 0) + token tile
 // [kBlockTokens x 64 k], either gathered with 16-byte cp.async by the 128 producer threads (rows of x picked
 // through slot_token, or rows of h in slot order; each thread keeps its rows' offsets for the whole item) or,
 // with kTmaTokens, one more TMA box of rows in slot order. Both land in the 128-byte swizzled K-major layout
@@ -31,6 +32,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "kernels/cuda/moe_fused_routing.cuh"
 #include "kernels/cuda/moe_grouped_gemm.h"
 #include "kernels/cuda/moe_stages.h"
 #include "kernels/cuda/sm90_ptx.cuh"
@@ -43,9 +45,10 @@ inline constexpr int kRowBytes = 128;
 inline constexpr int kWarpgroup = 128;  // threads
 inline constexpr int kWeightRowsPerConsumer = 64;
 
-template <bool kGateUp, int kConsumers, int kBlockTokens, int kStages, bool kTmaTokens>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
 struct Layout {
-    static constexpr int kABytes = kConsumers * kWeightRowsPerConsumer * kRowBytes;  // per stage
+    static constexpr int kBlocks = kConsumers * kMBlocks;                              // 64-row blocks per item
+    static constexpr int kABytes = kBlocks * kWeightRowsPerConsumer * kRowBytes;       // per stage
     static constexpr int kBBytes = kBlockTokens * kRowBytes;                         // per stage
     static constexpr int kEpiTokens = kBlockTokens < 64 ? kBlockTokens : 64;          // tokens per epilogue pass
     static constexpr int kEpiCols = kGateUp ? 32 : 64;  // outputs per token and consumer
@@ -56,17 +59,23 @@ struct Layout {
     static constexpr int kEpiOffset = kBOffset + kStages * kBBytes;
     static constexpr int kBarOffset = kEpiOffset + kConsumers * kEpiBytes;
     static constexpr int kPrefixOffset = kBarOffset + 2 * kStages * 8;
+    // After the prefixes [2 (E + 1)]: fused-routing scratch, ids and slot tokens [kFusedRoutingEntries] each,
+    // counts [E].
     static constexpr int kThreads = kWarpgroup * (kConsumers + 1);
     static constexpr int kRowsPerThread = kBlockTokens >= 16 ? kBlockTokens / 16 : 1;  // cp.async token rows
-    static constexpr uint32_t kStageTxBytes = kABytes + (kTmaTokens ? kBBytes : 0);
+    static constexpr int kTokenBoxRows = kBlockTokens < 64 ? kBlockTokens : 64;  // rows of one token TMA box
     static_assert(kBOffset % 1024 == 0 && kEpiOffset % 1024 == 0, "stages must stay 1024-byte aligned");
     static_assert(kEpiBytes % 16 == 0 && kBarOffset % 8 == 0, "staging and barriers alignment");
-    static_assert(1024 + kPrefixOffset + 2 * (kMaxPermuteExperts + 1) * 4 <= 227 * 1024, "shared memory per CTA");
+    static_assert(kBlocks * kWeightRowsPerConsumer <= 256 && kBlockTokens <= 256, "TMA boxes have <= 256 rows");
 
-    // Dynamic shared memory: 1024 bytes of alignment slack + the fixed part + tile and slot prefixes.
+    // Dynamic shared memory: 1024 bytes of alignment slack + the fixed part + prefixes + fused-routing scratch.
     static constexpr size_t bytes(int num_experts) {
-        return 1024 + static_cast<size_t>(kPrefixOffset) + 2 * static_cast<size_t>(num_experts + 1) * 4;
+        return 1024 + static_cast<size_t>(kPrefixOffset) + 2 * static_cast<size_t>(num_experts + 1) * 4 +
+               (2 * static_cast<size_t>(kFusedRoutingEntries) + static_cast<size_t>(num_experts)) * 4;
     }
+    static_assert(1024 + kPrefixOffset + (2 * (kMaxPermuteExperts + 1) + 2 * kFusedRoutingEntries + kMaxPermuteExperts) * 4 <=
+                      227 * 1024,
+                  "shared memory per CTA");
 };
 
 struct Item {
@@ -120,9 +129,9 @@ __device__ __forceinline__ uint16_t toBf16Bits(float v) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
-template <bool kGateUp, int kConsumers, int kBlockTokens, int kStages, bool kTmaTokens>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
 struct Kernel {
-    using L = Layout<kGateUp, kConsumers, kBlockTokens, kStages, kTmaTokens>;
+    using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
 
     struct Shared {
         uint8_t* base;
@@ -130,60 +139,80 @@ struct Kernel {
         uint64_t* empty;
         const int* tiles;
         const int* slots;
+        const int* slot_token;  // shared copy with fused routing, else null (read args.slot_token)
     };
 
-    // Weight tile of (item, kb) into stage `stage`: arrive.expect_tx (for the token box too with kTmaTokens) then
-    // the TMA copies.
+    // Token TMA boxes of an item: enough 64-row boxes for its padded token count.
+    __device__ __forceinline__ static int tokenBoxes(int npad) {
+        return (npad + L::kTokenBoxRows - 1) / L::kTokenBoxRows;
+    }
+
+    // Weight tile of (item, kb) into stage `stage`: arrive.expect_tx (for the token boxes too with kTmaTokens)
+    // then the TMA copies. Block bl of the tile (consumer bl / kMBlocks, accumulator bl % kMBlocks) is smem rows
+    // [64 bl, 64 bl + 64).
     __device__ __forceinline__ static void issueWeights(const CUtensorMap* tmap, const GroupedGemmArgs& args,
                                                         const Shared& sh, int stage, const Item& item, int kb,
                                                         uint64_t policy) {
         uint8_t* a = sh.base + L::kAOffset + stage * L::kABytes;
         uint64_t* bar = &sh.full[stage];
-        sm90::mbarArriveExpectTx(bar, L::kStageTxBytes);
+        uint32_t tx = L::kABytes;
+        if constexpr (kTmaTokens) {
+            tx += tokenBoxes(paddedTokens<kBlockTokens>(item.ntok)) * L::kTokenBoxRows * kRowBytes;
+        }
+        sm90::mbarArriveExpectTx(bar, tx);
         const int k0 = kb * kBlockK;
         if constexpr (kGateUp) {
             if (args.a_interleaved) {
-                // box {64 k, 8 rows, gate+up, 4 * kConsumers groups of 8 columns, 1 expert}
-                sm90::tmaLoad5d(a, tmap, bar, k0, 0, 0, item.n_tile * 4 * kConsumers, item.expert, policy);
+                // box {64 k, 8 rows, gate+up, 4 * kBlocks groups of 8 columns, 1 expert}
+                sm90::tmaLoad5d(a, tmap, bar, k0, 0, 0, item.n_tile * 4 * L::kBlocks, item.expert, policy);
                 return;
             }
-            const int row0 = item.expert * args.a_rows + item.n_tile * 32 * kConsumers;
+            const int row0 = item.expert * args.a_rows + item.n_tile * 32 * L::kBlocks;
 #pragma unroll
-            for (int c = 0; c < kConsumers; ++c) {
+            for (int bl = 0; bl < L::kBlocks; ++bl) {
 #pragma unroll
                 for (int b = 0; b < 4; ++b) {
 #pragma unroll
                     for (int g = 0; g < 2; ++g) {
-                        const int smem_row = c * 64 + b * 16 + g * 8;
-                        const int row = row0 + g * args.inter + c * 32 + b * 8;
+                        const int smem_row = bl * 64 + b * 16 + g * 8;
+                        const int row = row0 + g * args.inter + bl * 32 + b * 8;
                         sm90::tmaLoad2d(a + smem_row * kRowBytes, tmap, bar, k0, row, policy);
                     }
                 }
             }
         } else {
-            const int row = item.expert * args.a_rows + item.n_tile * kWeightRowsPerConsumer * kConsumers;
+            const int row = item.expert * args.a_rows + item.n_tile * kWeightRowsPerConsumer * L::kBlocks;
             sm90::tmaLoad2d(a, tmap, bar, k0, row, policy);
         }
     }
 
-    // kTmaTokens: the item's token rows [slot_base, slot_base + kBlockTokens) of b_src, one box (rows past the
-    // expert's tokens belong to other experts or are zero-filled past the end; their columns are never stored).
-    __device__ __forceinline__ static void issueTokenBox(const CUtensorMap* tmap_b, const Shared& sh, int stage,
-                                                         const Item& item, int kb, uint64_t policy) {
-        sm90::tmaLoad2d(sh.base + L::kBOffset + stage * L::kBBytes, tmap_b, &sh.full[stage], kb * kBlockK,
-                        item.slot_base, policy);
+    // kTmaTokens: the item's token rows [slot_base, slot_base + npad) of b_src in boxes of kTokenBoxRows (rows
+    // past the expert's tokens belong to other experts or are zero-filled past the end; their columns are never
+    // stored).
+    __device__ __forceinline__ static void issueTokenBoxes(const CUtensorMap* tmap_b, const Shared& sh, int stage,
+                                                           const Item& item, int npad, int kb, uint64_t policy) {
+        uint8_t* b = sh.base + L::kBOffset + stage * L::kBBytes;
+        for (int box = 0; box < tokenBoxes(npad); ++box) {
+            sm90::tmaLoad2d(b + box * L::kTokenBoxRows * kRowBytes, tmap_b, &sh.full[stage], kb * kBlockK,
+                            item.slot_base + box * L::kTokenBoxRows, policy);
+        }
     }
 
     // Per item: element offsets in b_src of the token rows this producer thread copies (rows ptid/8 + 16q),
     // -1 for rows past the item's tokens.
-    __device__ __forceinline__ static void tokenRowOffsets(const GroupedGemmArgs& args, const Item& item, int ptid,
+    __device__ __forceinline__ static void tokenRowOffsets(const GroupedGemmArgs& args, const Shared& sh,
+                                                           const Item& item, int ptid,
                                                            int (&offsets)[L::kRowsPerThread]) {
 #pragma unroll
         for (int q = 0; q < L::kRowsPerThread; ++q) {
             const int row = (ptid >> 3) + 16 * q;
             int offset = -1;
             if (row < item.ntok) {
-                const int src_row = kGateUp ? __ldg(args.slot_token + item.slot_base + row) : item.slot_base + row;
+                const int slot = item.slot_base + row;
+                int src_row = slot;
+                if constexpr (kGateUp) {
+                    src_row = sh.slot_token != nullptr ? sh.slot_token[slot] : __ldg(args.slot_token + slot);
+                }
                 offset = src_row * args.b_ld;
             }
             offsets[q] = offset;
@@ -238,7 +267,7 @@ struct Kernel {
             const int npad = paddedTokens<kBlockTokens>(item.ntok);
             int offsets[L::kRowsPerThread];
             if constexpr (!kTmaTokens) {
-                tokenRowOffsets(args, item, ptid, offsets);
+                tokenRowOffsets(args, sh, item, ptid, offsets);
             }
             for (int kb = 0; kb < k_blocks; ++kb, ++iter) {
                 const int stage = iter % kStages;
@@ -250,7 +279,7 @@ struct Kernel {
                     }
                 }
                 if constexpr (kTmaTokens) {
-                    issueTokenBox(tmap_b, sh, stage, item, kb, token_policy);
+                    issueTokenBoxes(tmap_b, sh, stage, item, npad, kb, token_policy);
                 } else {
                     issueTokens(args, sh, stage, offsets, npad, kb, ptid);
                     sm90::cpAsyncArriveNoinc(&sh.full[stage]);
@@ -262,15 +291,16 @@ struct Kernel {
     // Writes the item's outputs from the accumulator through the consumer's staging buffer, 64 tokens a pass.
     template <int N>
     __device__ __forceinline__ static void epilogue(float (&acc)[N / 2], const GroupedGemmArgs& args,
-                                                    const Shared& sh, const Item& item, int wg, int ctid) {
+                                                    const Shared& sh, const Item& item, int wg, int block,
+                                                    int ctid) {
         const int warp = ctid >> 5;
         const int lane = ctid & 31;
         uint16_t* stg = reinterpret_cast<uint16_t*>(sh.base + L::kEpiOffset + wg * L::kEpiBytes);
         constexpr int kChunk = N < 64 ? N : 64;
         constexpr int kStride = L::kEpiStride;
         constexpr int kVecPerRow = L::kEpiCols / 8;
-        const int col0 = kGateUp ? item.n_tile * 32 * kConsumers + 32 * wg
-                                 : item.n_tile * kWeightRowsPerConsumer * kConsumers + 64 * wg;
+        const int col0 = kGateUp ? item.n_tile * 32 * L::kBlocks + 32 * block
+                                 : item.n_tile * kWeightRowsPerConsumer * L::kBlocks + 64 * block;
 #pragma unroll
         for (int ch = 0; ch < N / kChunk; ++ch) {
             sm90::namedBarrierSync(1 + wg, kWarpgroup);  // the previous pass has read the staging buffer
@@ -307,10 +337,13 @@ struct Kernel {
     template <int N>
     __device__ __forceinline__ static void consumeItem(const GroupedGemmArgs& args, const Shared& sh,
                                                        const Item& item, int k_blocks, int& iter, int wg, int ctid) {
-        float acc[N / 2];
+        float acc[kMBlocks][N / 2];
 #pragma unroll
-        for (int i = 0; i < N / 2; ++i) {
-            acc[i] = 0.0f;
+        for (int mb = 0; mb < kMBlocks; ++mb) {
+#pragma unroll
+            for (int i = 0; i < N / 2; ++i) {
+                acc[mb][i] = 0.0f;
+            }
         }
         int prev_stage = 0;
         for (int kb = 0; kb < k_blocks; ++kb, ++iter) {
@@ -320,23 +353,33 @@ struct Kernel {
             if constexpr (!kTmaTokens) {
                 sm90::fenceProxyAsyncShared();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
             }
-            const uint64_t desc_a =
-                sm90::makeSmemDesc(sh.base + L::kAOffset + stage * L::kABytes + wg * kWeightRowsPerConsumer * kRowBytes);
+            const uint64_t desc_a = sm90::makeSmemDesc(sh.base + L::kAOffset + stage * L::kABytes +
+                                                       wg * kMBlocks * kWeightRowsPerConsumer * kRowBytes);
             const uint64_t desc_b = sm90::makeSmemDesc(sh.base + L::kBOffset + stage * L::kBBytes);
 #pragma unroll
-            for (int i = 0; i < N / 2; ++i) {
-                sm90::fenceOperand(acc[i]);
+            for (int mb = 0; mb < kMBlocks; ++mb) {
+#pragma unroll
+                for (int i = 0; i < N / 2; ++i) {
+                    sm90::fenceOperand(acc[mb][i]);
+                }
             }
             sm90::wgmmaFence();
 #pragma unroll
             for (int kk = 0; kk < kBlockK / 16; ++kk) {
-                // +32 bytes of K per step = +2 in the descriptor's 16-byte address units.
-                sm90::Wgmma<N>::mma(acc, desc_a + 2 * kk, desc_b + 2 * kk, (kb > 0 || kk > 0) ? 1 : 0);
+#pragma unroll
+                for (int mb = 0; mb < kMBlocks; ++mb) {
+                    // +32 bytes of K per step = +2 in the descriptor's 16-byte address units; +8 KB per block.
+                    sm90::Wgmma<N>::mma(acc[mb], desc_a + 2 * kk + mb * ((kWeightRowsPerConsumer * kRowBytes) >> 4),
+                                        desc_b + 2 * kk, (kb > 0 || kk > 0) ? 1 : 0);
+                }
             }
             sm90::wgmmaCommit();
 #pragma unroll
-            for (int i = 0; i < N / 2; ++i) {
-                sm90::fenceOperand(acc[i]);
+            for (int mb = 0; mb < kMBlocks; ++mb) {
+#pragma unroll
+                for (int i = 0; i < N / 2; ++i) {
+                    sm90::fenceOperand(acc[mb][i]);
+                }
             }
             if (kb > 0) {
                 sm90::wgmmaWait<1>();  // the previous stage's wgmma have retired
@@ -346,11 +389,17 @@ struct Kernel {
         }
         sm90::wgmmaWait<0>();
 #pragma unroll
-        for (int i = 0; i < N / 2; ++i) {
-            sm90::fenceOperand(acc[i]);
+        for (int mb = 0; mb < kMBlocks; ++mb) {
+#pragma unroll
+            for (int i = 0; i < N / 2; ++i) {
+                sm90::fenceOperand(acc[mb][i]);
+            }
         }
         sm90::mbarArrive(&sh.empty[prev_stage]);
-        epilogue<N>(acc, args, sh, item, wg, ctid);
+#pragma unroll
+        for (int mb = 0; mb < kMBlocks; ++mb) {
+            epilogue<N>(acc[mb], args, sh, item, wg, wg * kMBlocks + mb, ctid);
+        }
     }
 
     __device__ static void consume(const GroupedGemmArgs& args, const Shared& sh, int total_items, int k_blocks,
@@ -383,11 +432,11 @@ struct Kernel {
     }
 };
 
-template <bool kGateUp, int kConsumers, int kBlockTokens, int kStages, bool kTmaTokens>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
 __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ? 2 : 1)
     groupedGemmKernel(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
                       const GroupedGemmArgs args) {
-    using K = Kernel<kGateUp, kConsumers, kBlockTokens, kStages, kTmaTokens>;
+    using K = Kernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
     using L = typename K::L;
     extern __shared__ uint8_t smem_raw[];
     uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
@@ -399,6 +448,7 @@ __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ?
     int* slots = tiles + args.num_experts + 1;
     sh.tiles = tiles;
     sh.slots = slots;
+    sh.slot_token = nullptr;
 
     if (threadIdx.x == 0) {
         sm90::prefetchTensorMap(&tmap);
@@ -412,17 +462,26 @@ __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ?
         sm90::fenceBarrierInit();
     }
     if constexpr (kGateUp) {
-        // Reads the permute stage's offsets and the previous layer's x: wait for the previous kernel.
+        // Reads the permute stage's offsets (or the routing) and the previous layer's x: wait for the previous
+        // kernel.
         sm90::gridDependencyWait();
         sm90::launchDependents();
     }
-    // NOTE: the down kernel reads these before its dependency wait; the permute kernel that wrote them finished
-    // before the gate-up kernel (which this one waits for) let it launch.
-    for (int i = threadIdx.x; i <= args.num_experts; i += blockDim.x) {
-        tiles[i] = args.tile_offset[i];
-        slots[i] = args.slot_offset[i];
+    // NOTE: the down kernel reads the offsets (or the routing) before its dependency wait; the kernels that wrote
+    // them finished before the gate-up kernel (which this one waits for) let it launch.
+    if (args.fused_entries > 0) {
+        int* s_ids = slots + args.num_experts + 1;
+        int* s_slot_token = s_ids + kFusedRoutingEntries;
+        int* s_counts = s_slot_token + kFusedRoutingEntries;
+        fusedRouting(args, kBlockTokens, kGateUp && blockIdx.x == 0, s_ids, s_slot_token, s_counts, tiles, slots);
+        sh.slot_token = s_slot_token;
+    } else {
+        for (int i = threadIdx.x; i <= args.num_experts; i += blockDim.x) {
+            tiles[i] = args.tile_offset[i];
+            slots[i] = args.slot_offset[i];
+        }
+        __syncthreads();
     }
-    __syncthreads();
     const int total_items = tiles[args.num_experts] * args.n_tiles;
     const int k_blocks = (args.k + kBlockK - 1) / kBlockK;
     const int warpgroup = threadIdx.x / kWarpgroup;
@@ -440,11 +499,11 @@ __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ?
 }
 
 // Host side: sizes the persistent grid from the occupancy and launches (programmatic serialization optional).
-template <bool kGateUp, int kConsumers, int kBlockTokens, int kStages, bool kTmaTokens>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
 cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const GroupedGemmArgs& args, int sm_count,
                    cudaStream_t stream, bool programmatic) {
-    using L = Layout<kGateUp, kConsumers, kBlockTokens, kStages, kTmaTokens>;
-    auto kernel = groupedGemmKernel<kGateUp, kConsumers, kBlockTokens, kStages, kTmaTokens>;
+    using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
+    auto kernel = groupedGemmKernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
     const size_t smem = L::bytes(args.num_experts);
     // The shared-memory limit is raised once per device (to the most any expert count needs), so that launches
     // inside a stream capture make no attribute calls.
@@ -493,9 +552,10 @@ cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const Gro
                                         const GroupedGemmArgs& args, int sm_count, cudaStream_t stream,           \
                                         bool programmatic) {                                                      \
         constexpr TileShape s = k##name##Shape;                                                                   \
-        return gate_up ? grouped_gemm::launch<true, s.consumers, s.block_tokens, s.stages, s.tma_tokens>(         \
-                             tmap_a, tmap_b, args, sm_count, stream, programmatic)                                \
-                       : grouped_gemm::launch<false, s.consumers, s.block_tokens, s.stages, s.tma_tokens>(        \
-                             tmap_a, tmap_b, args, sm_count, stream, programmatic);                               \
+        return gate_up                                                                                            \
+                   ? grouped_gemm::launch<true, s.consumers, s.m_blocks, s.block_tokens, s.stages, s.tma_tokens>( \
+                         tmap_a, tmap_b, args, sm_count, stream, programmatic)                                    \
+                   : grouped_gemm::launch<false, s.consumers, s.m_blocks, s.block_tokens, s.stages,              \
+                                          s.tma_tokens>(tmap_a, tmap_b, args, sm_count, stream, programmatic);    \
     }                                                                                                             \
     }

@@ -31,11 +31,27 @@ struct GroupedGemmArgs {
     // Gate-up only: 1 when the weight map is the 5-D interleaved view of w13 (one TMA per stage), 0 when it is
     // the plain 2-D view [E * 2I, H] with boxes of 8 rows (eight TMAs per consumer and stage).
     int a_interleaved = 0;
+    // Small batches (cp.async token shapes only): > 0 = number of routing entries (<= kFusedRoutingEntries) from
+    // which both kernels compute the routing themselves (moe_fused_routing.cuh); the permute kernel is skipped.
+    int fused_entries = 0;
+    int top_k = 0;
+    const int32_t* topk_ids = nullptr;  // [fused_entries]
+    struct RoutingOut {                 // written by the gate-up kernel's CTA 0 when fused_entries > 0
+        int32_t* expert_count = nullptr;
+        int32_t* slot_offset = nullptr;
+        int32_t* tile_offset = nullptr;
+        int32_t* entry_slot = nullptr;
+        int32_t* slot_token = nullptr;
+    } routing_out;
 };
+
+// Most routing entries (T * top_k) for which the GEMM kernels compute the routing themselves.
+inline constexpr int kFusedRoutingEntries = 256;
 
 // Static shape of a tile configuration.
 struct TileShape {
-    int consumers;     // consumer warpgroups (1 or 2); each owns 64 weight rows of the item
+    int consumers;     // consumer warpgroups (1 or 2)
+    int m_blocks;      // blocks of 64 weight rows per consumer (one accumulator each)
     int block_tokens;  // most tokens of one item
     int stages;        // pipeline depth
     // Token tiles by TMA from rows in slot order (x_sorted for gate-up, h for down; always full boxes), instead
@@ -43,24 +59,25 @@ struct TileShape {
     bool tma_tokens;
 };
 // NOTE: the .cu file of each configuration instantiates its kernels from these constants.
-inline constexpr TileShape kSmall16Shape{1, 16, 10, false};
-inline constexpr TileShape kSmall32Shape{1, 32, 8, false};
-inline constexpr TileShape kSmall64Shape{1, 64, 6, false};
-inline constexpr TileShape kSmall128Shape{1, 128, 4, false};
-inline constexpr TileShape kWide128Shape{2, 128, 6, true};
-inline constexpr TileShape kWide256Shape{2, 256, 4, true};
-inline constexpr TileShape kWide256GatherShape{2, 256, 4, false};
+inline constexpr TileShape kSmall16Shape{1, 1, 16, 10, false};
+inline constexpr TileShape kSmall32Shape{1, 1, 32, 8, false};
+inline constexpr TileShape kSmall64Shape{1, 1, 64, 6, false};
+inline constexpr TileShape kSmall128Shape{1, 1, 128, 4, false};
+inline constexpr TileShape kWide128Shape{2, 1, 128, 6, true};
+inline constexpr TileShape kWide256Shape{2, 1, 256, 4, true};
+inline constexpr TileShape kWide256GatherShape{2, 1, 256, 4, false};
+inline constexpr TileShape kTall128Shape{2, 2, 128, 4, true};
 TileShape tileShape(MoeTileConfig config);
 
-// Output columns one item covers: gate-up 32 * consumers intermediate columns, down 64 * consumers hidden rows.
-inline int gateUpColumnsPerItem(const TileShape& s) { return 32 * s.consumers; }
-inline int downRowsPerItem(const TileShape& s) { return 64 * s.consumers; }
+// Output columns one item covers: gate-up 32 per 64-row block (intermediate columns), down 64 per block.
+inline int gateUpColumnsPerItem(const TileShape& s) { return 32 * s.consumers * s.m_blocks; }
+inline int downRowsPerItem(const TileShape& s) { return 64 * s.consumers * s.m_blocks; }
 
 // Launches the persistent gate-up (gate_up) or down kernel of a configuration on `stream` (one .cu file each);
 // returns the launch status. `tmap_a` describes the weights: gate-up the 5-D interleaved view of w13 with box
-// {64, 8, 2, 4 * consumers, 1} (a_interleaved) or the 2-D view with box {64, 8}; down w2 as [E * H, I] with box
-// {64, 64 * consumers}. `tmap_b` (tma_tokens shapes only) describes b_src as [rows, b_ld] with box
-// {64, block_tokens}. All bf16 with the 128-byte swizzle. `sm_count` sizes the persistent grid.
+// {64, 8, 2, 4 * blocks, 1} (a_interleaved) or the 2-D view with box {64, 8}; down w2 as [E * H, I] with box
+// {64, 64 * blocks} (blocks = consumers * m_blocks). `tmap_b` (tma_tokens shapes only) describes b_src as
+// [rows, b_ld] with box {64, min(64, block_tokens)}. All bf16 with the 128-byte swizzle. `sm_count` sizes the persistent grid.
 #define AFD_DECLARE_GROUPED_GEMM(name)                                                                            \
     cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,      \
                                         const GroupedGemmArgs& args, int sm_count, cudaStream_t stream,           \
@@ -72,6 +89,7 @@ AFD_DECLARE_GROUPED_GEMM(Small128);
 AFD_DECLARE_GROUPED_GEMM(Wide128);
 AFD_DECLARE_GROUPED_GEMM(Wide256);
 AFD_DECLARE_GROUPED_GEMM(Wide256Gather);
+AFD_DECLARE_GROUPED_GEMM(Tall128);
 #undef AFD_DECLARE_GROUPED_GEMM
 
 }  // namespace afd::kernels::cuda
