@@ -7,7 +7,8 @@
 #   AFD_GPU_DEPS   unpacked build dependencies from scripts/stage_gpu_deps.sh (default: .gpu_deps/root)
 #   AFD_PREBUILT   folder holding `afd` and `kernels_cuda_tests` built elsewhere for this machine; used when they
 #                  start here, otherwise the script builds (build-gpu/)
-#   AFD_PHASES     which phases to run, default "tests bench sweep peers"
+#   AFD_PHASES     which phases to run, default "tests bench sweep peers"; "ncu" adds hardware counters of the
+#                  T = 1024 grouped GEMMs (Nsight Compute, clocks left alone) to sass.txt
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
 # Every phase has a time limit so that the table still prints when one phase hangs or fails.
 set -uo pipefail
@@ -87,6 +88,15 @@ if has_phase peers; then
         echo "$peer exit $?"
     done
     grep -vE "^  " "$out/peers.log" | tail -40
+fi
+if has_phase ncu && command -v ncu >/dev/null; then
+    stamp "ncu"
+    timeout 120 ncu --clock-control none --graph-profiling node --kernel-name regex:groupedGemm \
+        --launch-skip 40 --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section WarpStateStats "$bin/afd" bench moe --tokens 1024 --routing uniform --reps 10 --no-stages \
+        >>"$out/sass.txt" 2>&1
+    echo "ncu exit $?"
+    grep -E "groupedGemm|Throughput|Duration|DRAM|L2 Cache|Stall" "$out/sass.txt" | tail -30
 fi
 stamp "summary"
 python3 "$root/bench/peers/report.py" "$out/ours.csv" "$out/grouped_mm.csv" "$out/triton_fused.csv"

@@ -429,7 +429,9 @@ TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
     p.num_tokens = 256;
     EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall64);
     p.num_tokens = 1024;
-    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kTall128);
+    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kWide128);
+    p.num_tokens = 4096;
+    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kWide256);
     p.num_tokens = 16384;
     EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kWide256);
 }

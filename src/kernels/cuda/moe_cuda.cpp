@@ -289,10 +289,10 @@ MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions
     // the token tile just above the typical count so each expert's weights stream once) and the wide shape.
     const int64_t mean = params.num_experts > 0 ? params.num_tokens * params.top_k / params.num_experts : 0;
     MoeTileConfig config = MoeTileConfig::kSmall16;
-    if (mean > 512) {
+    if (mean > 128) {
         config = MoeTileConfig::kWide256;
     } else if (mean > 32) {
-        config = MoeTileConfig::kTall128;
+        config = MoeTileConfig::kWide128;
     } else if (mean > 4) {
         config = MoeTileConfig::kSmall64;
     }
