@@ -136,8 +136,8 @@ bool interleavedGateUpMap(const core::Bf16* w13, int64_t experts, int64_t inter,
     return result == CUDA_SUCCESS;
 }
 
-// Rows of one token TMA box (moe_grouped_gemm.cuh issues as many boxes as an item's tokens need).
-uint32_t tokenBoxRows(const TileShape&) { return 16; }
+// Rows of one token TMA box (moe_grouped_gemm.cuh issues as many boxes as an item needs).
+uint32_t tokenBoxRows(const TileShape& s) { return static_cast<uint32_t>(std::min(64, s.block_tokens)); }
 
 int smCount() {
     int device = 0;

@@ -63,7 +63,7 @@ struct Layout {
     // counts [E].
     static constexpr int kThreads = kWarpgroup * (kConsumers + 1);
     static constexpr int kRowsPerThread = kBlockTokens >= 16 ? kBlockTokens / 16 : 1;  // cp.async token rows
-    static constexpr int kTokenBoxRows = 16;  // rows of one token TMA box (kTokenBoxRows in moe_grouped_gemm.h)
+    static constexpr int kTokenBoxRows = kBlockTokens < 64 ? kBlockTokens : 64;  // rows of one token TMA box
     static_assert(kBOffset % 1024 == 0 && kEpiOffset % 1024 == 0, "stages must stay 1024-byte aligned");
     static_assert(kEpiBytes % 16 == 0 && kBarOffset % 8 == 0, "staging and barriers alignment");
     static_assert(kBlocks * kWeightRowsPerConsumer <= 256 && kBlockTokens <= 256, "TMA boxes have <= 256 rows");
@@ -142,10 +142,9 @@ struct Kernel {
         const int* slot_token;  // shared copy with fused routing, else null (read args.slot_token)
     };
 
-    // Token TMA boxes of an item: enough 16-row boxes for its tokens. Rows between them and the wgmma N keep
-    // whatever an earlier stage left there; they only feed output columns that are never stored.
-    __device__ __forceinline__ static int tokenBoxes(int ntok) {
-        return (ntok + L::kTokenBoxRows - 1) / L::kTokenBoxRows;
+    // Token TMA boxes of an item: enough 64-row boxes for its padded token count.
+    __device__ __forceinline__ static int tokenBoxes(int npad) {
+        return (npad + L::kTokenBoxRows - 1) / L::kTokenBoxRows;
     }
 
     // Weight tile of (item, kb) into stage `stage`: arrive.expect_tx (for the token boxes too with kTmaTokens)
@@ -158,7 +157,7 @@ struct Kernel {
         uint64_t* bar = &sh.full[stage];
         uint32_t tx = L::kABytes;
         if constexpr (kTmaTokens) {
-            tx += tokenBoxes(item.ntok) * L::kTokenBoxRows * kRowBytes;
+            tx += tokenBoxes(paddedTokens<kBlockTokens>(item.ntok)) * L::kTokenBoxRows * kRowBytes;
         }
         sm90::mbarArriveExpectTx(bar, tx);
         const int k0 = kb * kBlockK;
@@ -187,13 +186,13 @@ struct Kernel {
         }
     }
 
-    // kTmaTokens: the item's token rows [slot_base, slot_base + ntok) of b_src in boxes of kTokenBoxRows (rows
-    // of the last box past the expert's tokens belong to other experts or are zero-filled past the end; their
-    // columns are never stored).
+    // kTmaTokens: the item's token rows [slot_base, slot_base + npad) of b_src in boxes of kTokenBoxRows (rows
+    // past the expert's tokens belong to other experts or are zero-filled past the end; their columns are never
+    // stored).
     __device__ __forceinline__ static void issueTokenBoxes(const CUtensorMap* tmap_b, const Shared& sh, int stage,
-                                                           const Item& item, int kb, uint64_t policy) {
+                                                           const Item& item, int npad, int kb, uint64_t policy) {
         uint8_t* b = sh.base + L::kBOffset + stage * L::kBBytes;
-        for (int box = 0; box < tokenBoxes(item.ntok); ++box) {
+        for (int box = 0; box < tokenBoxes(npad); ++box) {
             sm90::tmaLoad2d(b + box * L::kTokenBoxRows * kRowBytes, tmap_b, &sh.full[stage], kb * kBlockK,
                             item.slot_base + box * L::kTokenBoxRows, policy);
         }
@@ -280,7 +279,7 @@ struct Kernel {
                     }
                 }
                 if constexpr (kTmaTokens) {
-                    issueTokenBoxes(tmap_b, sh, stage, item, kb, token_policy);
+                    issueTokenBoxes(tmap_b, sh, stage, item, npad, kb, token_policy);
                 } else {
                     issueTokens(args, sh, stage, offsets, npad, kb, ptid);
                     sm90::cpAsyncArriveNoinc(&sh.full[stage]);
