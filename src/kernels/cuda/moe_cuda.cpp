@@ -148,26 +148,26 @@ int smCount() {
 }
 
 cudaError_t dispatchGroupedGemm(MoeTileConfig config, bool gate_up, const CUtensorMap& tmap,
-                                const CUtensorMap& tmap_b, const GroupedGemmArgs& args, cudaStream_t stream,
-                                bool programmatic) {
+                                const CUtensorMap& tmap_b, const CUtensorMap& tmap_b_full,
+                                const GroupedGemmArgs& args, cudaStream_t stream, bool programmatic) {
     const int sms = smCount();
     switch (config) {
         case MoeTileConfig::kSmall16:
-            return cuda::launchGroupedGemmSmall16(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
+            return cuda::launchGroupedGemmSmall16(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
         case MoeTileConfig::kSmall32:
-            return cuda::launchGroupedGemmSmall32(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
+            return cuda::launchGroupedGemmSmall32(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
         case MoeTileConfig::kSmall64:
-            return cuda::launchGroupedGemmSmall64(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
+            return cuda::launchGroupedGemmSmall64(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
         case MoeTileConfig::kSmall128:
-            return cuda::launchGroupedGemmSmall128(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
+            return cuda::launchGroupedGemmSmall128(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
         case MoeTileConfig::kWide128:
-            return cuda::launchGroupedGemmWide128(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
+            return cuda::launchGroupedGemmWide128(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
         case MoeTileConfig::kWide256:
-            return cuda::launchGroupedGemmWide256(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
+            return cuda::launchGroupedGemmWide256(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
         case MoeTileConfig::kWide256Gather:
-            return cuda::launchGroupedGemmWide256Gather(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
+            return cuda::launchGroupedGemmWide256Gather(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
         case MoeTileConfig::kTall128:
-            return cuda::launchGroupedGemmTall128(gate_up, tmap, tmap_b, args, sms, stream, programmatic);
+            return cuda::launchGroupedGemmTall128(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
         case MoeTileConfig::kAuto:
             break;
     }
@@ -372,7 +372,9 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
         tmap_a = matrixTensorMap(params.w13, params.num_experts * 2 * params.inter, params.hidden, 8);
     }
     CUtensorMap tmap_b;
+    CUtensorMap tmap_b_full;
     std::memset(&tmap_b, 0, sizeof(tmap_b));
+    std::memset(&tmap_b_full, 0, sizeof(tmap_b_full));
     if (r.shape.tma_tokens) {
         AFD_CUDA_CHECK(cuda::launchMoeGather(reinterpret_cast<const uint16_t*>(params.x), r.view.slot_token,
                                              r.view.slot_offset, static_cast<int>(params.num_experts),
@@ -381,9 +383,10 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
                                              asStream(stream), options.programmatic_launch));
         args.b_src = reinterpret_cast<const uint16_t*>(r.view.x_sorted);
         tmap_b = matrixTensorMap(r.view.x_sorted, rows, params.hidden, tokenBoxRows(r.shape));
+        tmap_b_full = matrixTensorMap(r.view.x_sorted, rows, params.hidden, r.shape.block_tokens);
     }
-    AFD_CUDA_CHECK(
-        dispatchGroupedGemm(r.config, true, tmap_a, tmap_b, args, asStream(stream), options.programmatic_launch));
+    AFD_CUDA_CHECK(dispatchGroupedGemm(r.config, true, tmap_a, tmap_b, tmap_b_full, args, asStream(stream),
+                                       options.programmatic_launch));
 }
 
 void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,
@@ -404,12 +407,15 @@ void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_byte
     const CUtensorMap tmap_a = matrixTensorMap(params.w2, params.num_experts * params.hidden, params.inter,
                                                static_cast<uint32_t>(cuda::downRowsPerItem(r.shape)));
     CUtensorMap tmap_b;
+    CUtensorMap tmap_b_full;
     std::memset(&tmap_b, 0, sizeof(tmap_b));
+    std::memset(&tmap_b_full, 0, sizeof(tmap_b_full));
     if (r.shape.tma_tokens) {
         tmap_b = matrixTensorMap(r.view.h, rows, params.inter, tokenBoxRows(r.shape));
+        tmap_b_full = matrixTensorMap(r.view.h, rows, params.inter, r.shape.block_tokens);
     }
-    AFD_CUDA_CHECK(
-        dispatchGroupedGemm(r.config, false, tmap_a, tmap_b, args, asStream(stream), options.programmatic_launch));
+    AFD_CUDA_CHECK(dispatchGroupedGemm(r.config, false, tmap_a, tmap_b, tmap_b_full, args, asStream(stream),
+                                       options.programmatic_launch));
 }
 
 void moeCombineCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,

@@ -142,9 +142,13 @@ struct Kernel {
         const int* slot_token;  // shared copy with fused routing, else null (read args.slot_token)
     };
 
-    // Token TMA boxes of an item: enough 64-row boxes for its padded token count.
+    // Token TMA boxes of an item: one box of kBlockTokens rows when the padded count fills the tile (fewer TMA
+    // issues), else enough 64-row boxes for the padded count.
     __device__ __forceinline__ static int tokenBoxes(int npad) {
-        return (npad + L::kTokenBoxRows - 1) / L::kTokenBoxRows;
+        return npad == kBlockTokens ? 1 : (npad + L::kTokenBoxRows - 1) / L::kTokenBoxRows;
+    }
+    __device__ __forceinline__ static int tokenBoxRows(int npad) {
+        return npad == kBlockTokens ? kBlockTokens : L::kTokenBoxRows;
     }
 
     // Weight tile of (item, kb) into stage `stage`: arrive.expect_tx (for the token boxes too with kTmaTokens)
@@ -157,7 +161,8 @@ struct Kernel {
         uint64_t* bar = &sh.full[stage];
         uint32_t tx = L::kABytes;
         if constexpr (kTmaTokens) {
-            tx += tokenBoxes(paddedTokens<kBlockTokens>(item.ntok)) * L::kTokenBoxRows * kRowBytes;
+            const int npad = paddedTokens<kBlockTokens>(item.ntok);
+            tx += tokenBoxes(npad) * tokenBoxRows(npad) * kRowBytes;
         }
         sm90::mbarArriveExpectTx(bar, tx);
         const int k0 = kb * kBlockK;
@@ -189,9 +194,14 @@ struct Kernel {
     // kTmaTokens: the item's token rows [slot_base, slot_base + npad) of b_src in boxes of kTokenBoxRows (rows
     // past the expert's tokens belong to other experts or are zero-filled past the end; their columns are never
     // stored).
-    __device__ __forceinline__ static void issueTokenBoxes(const CUtensorMap* tmap_b, const Shared& sh, int stage,
-                                                           const Item& item, int npad, int kb, uint64_t policy) {
+    __device__ __forceinline__ static void issueTokenBoxes(const CUtensorMap* tmap_b, const CUtensorMap* tmap_b_full,
+                                                           const Shared& sh, int stage, const Item& item, int npad,
+                                                           int kb, uint64_t policy) {
         uint8_t* b = sh.base + L::kBOffset + stage * L::kBBytes;
+        if (npad == kBlockTokens) {
+            sm90::tmaLoad2d(b, tmap_b_full, &sh.full[stage], kb * kBlockK, item.slot_base, policy);
+            return;
+        }
         for (int box = 0; box < tokenBoxes(npad); ++box) {
             sm90::tmaLoad2d(b + box * L::kTokenBoxRows * kRowBytes, tmap_b, &sh.full[stage], kb * kBlockK,
                             item.slot_base + box * L::kTokenBoxRows, policy);
@@ -239,8 +249,8 @@ struct Kernel {
         }
     }
 
-    __device__ static void produce(const CUtensorMap* tmap, const CUtensorMap* tmap_b, const GroupedGemmArgs& args,
-                                   const Shared& sh, int total_items, int k_blocks) {
+    __device__ static void produce(const CUtensorMap* tmap, const CUtensorMap* tmap_b, const CUtensorMap* tmap_b_full,
+                                   const GroupedGemmArgs& args, const Shared& sh, int total_items, int k_blocks) {
         const int ptid = threadIdx.x;
         const uint64_t policy = sm90::policyEvictFirst();
         const uint64_t token_policy = sm90::policyEvictLast();
@@ -279,7 +289,7 @@ struct Kernel {
                     }
                 }
                 if constexpr (kTmaTokens) {
-                    issueTokenBoxes(tmap_b, sh, stage, item, npad, kb, token_policy);
+                    issueTokenBoxes(tmap_b, tmap_b_full, sh, stage, item, npad, kb, token_policy);
                 } else {
                     issueTokens(args, sh, stage, offsets, npad, kb, ptid);
                     sm90::cpAsyncArriveNoinc(&sh.full[stage]);
@@ -435,7 +445,7 @@ struct Kernel {
 template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
 __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ? 2 : 1)
     groupedGemmKernel(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
-                      const GroupedGemmArgs args) {
+                      const __grid_constant__ CUtensorMap tmap_b_full, const GroupedGemmArgs args) {
     using K = Kernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
     using L = typename K::L;
     extern __shared__ uint8_t smem_raw[];
@@ -454,6 +464,7 @@ __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ?
         sm90::prefetchTensorMap(&tmap);
         if constexpr (kTmaTokens) {
             sm90::prefetchTensorMap(&tmap_b);
+            sm90::prefetchTensorMap(&tmap_b_full);
         }
         for (int s = 0; s < kStages; ++s) {
             sm90::mbarInit(&sh.full[s], kTmaTokens ? 1 : kWarpgroup + 1);
@@ -488,7 +499,7 @@ __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ?
     // NOTE: no setmaxnreg: with a 56-register producer ptxas spilled in the producer's address arithmetic, while
     // the uniform 168-register budget of 384 threads holds the 128 accumulators of a 64 x 256 tile.
     if (warpgroup == 0) {
-        K::produce(&tmap, &tmap_b, args, sh, total_items, k_blocks);
+        K::produce(&tmap, &tmap_b, &tmap_b_full, args, sh, total_items, k_blocks);
     } else {
         if constexpr (!kGateUp) {
             sm90::gridDependencyWait();
@@ -500,8 +511,8 @@ __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ?
 
 // Host side: sizes the persistent grid from the occupancy and launches (programmatic serialization optional).
 template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
-cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const GroupedGemmArgs& args, int sm_count,
-                   cudaStream_t stream, bool programmatic) {
+cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const CUtensorMap& tmap_b_full,
+                   const GroupedGemmArgs& args, int sm_count, cudaStream_t stream, bool programmatic) {
     using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
     auto kernel = groupedGemmKernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
     const size_t smem = L::bytes(args.num_experts);
@@ -540,7 +551,7 @@ cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const Gro
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = attr;
     config.numAttrs = programmatic ? 1 : 0;
-    return cudaLaunchKernelEx(&config, kernel, tmap, tmap_b, args);
+    return cudaLaunchKernelEx(&config, kernel, tmap, tmap_b, tmap_b_full, args);
 }
 
 }  // namespace afd::kernels::cuda::grouped_gemm
@@ -549,13 +560,14 @@ cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const Gro
 #define AFD_DEFINE_GROUPED_GEMM(name)                                                                             \
     namespace afd::kernels::cuda {                                                                                \
     cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,      \
-                                        const GroupedGemmArgs& args, int sm_count, cudaStream_t stream,           \
-                                        bool programmatic) {                                                      \
+                                        const CUtensorMap& tmap_b_full, const GroupedGemmArgs& args,              \
+                                        int sm_count, cudaStream_t stream, bool programmatic) {                   \
         constexpr TileShape s = k##name##Shape;                                                                   \
         return gate_up                                                                                            \
                    ? grouped_gemm::launch<true, s.consumers, s.m_blocks, s.block_tokens, s.stages, s.tma_tokens>( \
-                         tmap_a, tmap_b, args, sm_count, stream, programmatic)                                    \
+                         tmap_a, tmap_b, tmap_b_full, args, sm_count, stream, programmatic)                       \
                    : grouped_gemm::launch<false, s.consumers, s.m_blocks, s.block_tokens, s.stages,              \
-                                          s.tma_tokens>(tmap_a, tmap_b, args, sm_count, stream, programmatic);    \
+                                          s.tma_tokens>(tmap_a, tmap_b, tmap_b_full, args, sm_count, stream,      \
+                                                        programmatic);                                            \
     }                                                                                                             \
     }

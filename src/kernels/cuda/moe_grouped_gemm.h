@@ -77,11 +77,12 @@ inline int downRowsPerItem(const TileShape& s) { return 64 * s.consumers * s.m_b
 // returns the launch status. `tmap_a` describes the weights: gate-up the 5-D interleaved view of w13 with box
 // {64, 8, 2, 4 * blocks, 1} (a_interleaved) or the 2-D view with box {64, 8}; down w2 as [E * H, I] with box
 // {64, 64 * blocks} (blocks = consumers * m_blocks). `tmap_b` (tma_tokens shapes only) describes b_src as
-// [rows, b_ld] with box {64, min(64, block_tokens)}. All bf16 with the 128-byte swizzle. `sm_count` sizes the persistent grid.
+// [rows, b_ld] with box {64, min(64, block_tokens)}, `tmap_b_full` the same with box {64, block_tokens} (one box
+// for items that fill the tile). All bf16 with the 128-byte swizzle. `sm_count` sizes the persistent grid.
 #define AFD_DECLARE_GROUPED_GEMM(name)                                                                            \
     cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,      \
-                                        const GroupedGemmArgs& args, int sm_count, cudaStream_t stream,           \
-                                        bool programmatic)
+                                        const CUtensorMap& tmap_b_full, const GroupedGemmArgs& args,              \
+                                        int sm_count, cudaStream_t stream, bool programmatic)
 AFD_DECLARE_GROUPED_GEMM(Small16);
 AFD_DECLARE_GROUPED_GEMM(Small32);
 AFD_DECLARE_GROUPED_GEMM(Small64);
