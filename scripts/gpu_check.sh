@@ -94,9 +94,7 @@ if has_phase ncu && command -v ncu >/dev/null; then
     timeout 120 ncu --clock-control none --graph-profiling node --kernel-name regex:groupedGemm \
         --launch-skip 40 --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
         --section WarpStateStats "$bin/afd" bench moe --tokens "${AFD_NCU_TOKENS:-1024}" --routing uniform \
-        --reps 10
-        --no-stages \
-        >>"$out/sass.txt" 2>&1
+        --reps 10 --no-stages >>"$out/sass.txt" 2>&1
     echo "ncu exit $?"
     grep -E "groupedGemm|Throughput|Duration|DRAM|L2 Cache|Stall" "$out/sass.txt" | tail -30
 fi
