@@ -201,6 +201,8 @@ GroupedGemmArgs commonArgs(const MoeParams& params, const Resolved& r) {
     args.tile_offset = r.view.tile_offset;
     args.num_experts = static_cast<int>(params.num_experts);
     args.inter = static_cast<int>(params.inter);
+    args.weights_read_once =
+        params.num_tokens * params.top_k <= params.num_experts * static_cast<int64_t>(r.shape.block_tokens) ? 1 : 0;
     if (r.fused_routing) {
         args.fused_entries = static_cast<int>(params.num_tokens * params.top_k);
         args.top_k = static_cast<int>(params.top_k);

@@ -252,7 +252,7 @@ struct Kernel {
     __device__ static void produce(const CUtensorMap* tmap, const CUtensorMap* tmap_b, const CUtensorMap* tmap_b_full,
                                    const GroupedGemmArgs& args, const Shared& sh, int total_items, int k_blocks) {
         const int ptid = threadIdx.x;
-        const uint64_t policy = sm90::policyEvictFirst();
+        const uint64_t policy = args.weights_read_once ? sm90::policyEvictFirst() : sm90::policyEvictNormal();
         const uint64_t token_policy = sm90::policyEvictLast();
         int prefetched = 0;
         if constexpr (!kGateUp) {

@@ -31,6 +31,9 @@ struct GroupedGemmArgs {
     // Gate-up only: 1 when the weight map is the 5-D interleaved view of w13 (one TMA per stage), 0 when it is
     // the plain 2-D view [E * 2I, H] with boxes of 8 rows (eight TMAs per consumer and stage).
     int a_interleaved = 0;
+    // 1 when each weight tile is read by about one item (mean tokens per expert within one token tile): weights
+    // stream through L2 with evict_first; 0: several token tiles re-read each weight tile, evict normally.
+    int weights_read_once = 1;
     // Small batches (cp.async token shapes only): > 0 = number of routing entries (<= kFusedRoutingEntries) from
     // which both kernels compute the routing themselves (moe_fused_routing.cuh); the permute kernel is skipped.
     int fused_entries = 0;

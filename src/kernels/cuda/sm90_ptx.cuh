@@ -91,6 +91,13 @@ __device__ __forceinline__ void tmaLoad5d(void* dst, const void* tmap, uint64_t*
         : "memory");
 }
 
+// L2 policy for data read again by other items at about the same time: evict normally.
+__device__ __forceinline__ uint64_t policyEvictNormal() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+
 // L2 policy for data read again soon (token tiles shared by the items of one expert): evict last.
 __device__ __forceinline__ uint64_t policyEvictLast() {
     uint64_t policy;
