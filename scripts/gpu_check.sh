@@ -64,8 +64,8 @@ routing_dir=/tmp/afd_routing
 mkdir -p "$routing_dir"
 if has_phase bench; then
     stamp "afd bench moe"
-    timeout "${AFD_T_BENCH:-240}" "$bin/afd" bench moe --reps "$reps" --csv "$out/ours.csv" --dump-routing "$routing_dir" \
-        >"$out/bench.log" 2>&1
+    timeout "${AFD_T_BENCH:-240}" "$bin/afd" bench moe --reps "$reps" --csv "$out/ours.csv" \
+        --dump-routing "$routing_dir" >"$out/bench.log" 2>&1
     echo "bench exit $?"
     cat "$out/bench.log"
 fi
@@ -73,8 +73,8 @@ if has_phase sweep; then
     stamp "tile sweep"
     timeout "${AFD_T_SWEEP:-150}" "$bin/afd" bench moe --no-stages --reps 30 --tokens 1,8,64,256,1024 \
         --tiles small16,small32,small64,small128,wide128,tall128 >>"$out/bench.log" 2>&1
-    timeout "${AFD_T_SWEEP2:-90}" "$bin/afd" bench moe --no-stages --reps 15 --tokens 4096,16384 --tiles wide128,wide256,tall128 \
-        >>"$out/bench.log" 2>&1
+    timeout "${AFD_T_SWEEP2:-90}" "$bin/afd" bench moe --no-stages --reps 15 --tokens 4096,16384 \
+        --tiles wide128,wide256,tall128 >>"$out/bench.log" 2>&1
     timeout 30 "$bin/afd" bench moe --no-stages --reps 50 --tokens 1,8 --no-fuse-routing >>"$out/bench.log" 2>&1
     echo "sweep exit $?"
 fi

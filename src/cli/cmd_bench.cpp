@@ -1,6 +1,6 @@
 // `afd bench moe`: the CUDA MoE layer timed on the device against its floor (kernels/cuda/moe_bench.h).
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>
@@ -33,9 +33,10 @@ void printTable(const kernels::cuda::MoeBenchResult& r) {
     fmt::print("{:>6} {:>8} {:>14} {:>4} {:>10} {:>10} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}\n", "T", "routing", "tile",
                "exp", "median_us", "floor_us", "%floor", "TFLOP/s", "perm_us", "gateup_us", "down_us", "comb_us");
     for (const auto& row : r.rows) {
-        fmt::print("{:>6} {:>8} {:>14} {:>4} {:>10.1f} {:>10.1f} {:>7.1f} {:>7.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f}\n",
-                   row.tokens, row.routing, row.tile, row.distinct_experts, row.median_us, row.floor_us,
-                   row.pct_of_floor, row.tflops, row.permute_us, row.gate_up_us, row.down_us, row.combine_us);
+        fmt::print(
+            "{:>6} {:>8} {:>14} {:>4} {:>10.1f} {:>10.1f} {:>7.1f} {:>7.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f}\n",
+            row.tokens, row.routing, row.tile, row.distinct_experts, row.median_us, row.floor_us, row.pct_of_floor,
+            row.tflops, row.permute_us, row.gate_up_us, row.down_us, row.combine_us);
     }
 }
 
@@ -49,8 +50,9 @@ bool writeCsv(const std::string& path, const kernels::cuda::MoeBenchResult& r) {
                "device,copy_tbps,gemm_tflops,tokens,routing,tile,distinct_experts,entries,median_us,p10_us,p90_us,"
                "mem_floor_us,flop_floor_us,floor_us,pct_of_floor,tflops,permute_us,gate_up_us,down_us,combine_us\n");
     for (const auto& row : r.rows) {
-        fmt::print(f.get(), "{},{:.3f},{:.1f},{},{},{},{},{},{:.2f},{:.2f},{:.2f},{:.2f},{:.2f},{:.2f},{:.2f},{:.2f},"
-                            "{:.2f},{:.2f},{:.2f},{:.2f}\n",
+        fmt::print(f.get(),
+                   "{},{:.3f},{:.1f},{},{},{},{},{},{:.2f},{:.2f},{:.2f},{:.2f},{:.2f},{:.2f},{:.2f},{:.2f},"
+                   "{:.2f},{:.2f},{:.2f},{:.2f}\n",
                    r.device, r.copy_tbps, r.gemm_tflops, row.tokens, row.routing, row.tile, row.distinct_experts,
                    row.entries, row.median_us, row.p10_us, row.p90_us, row.mem_floor_us, row.flop_floor_us,
                    row.floor_us, row.pct_of_floor, row.tflops, row.permute_us, row.gate_up_us, row.down_us,
@@ -64,9 +66,10 @@ int runBenchMoe(BenchMoeFlags& flags) {
     for (const std::string& name : flags.tiles) {
         kernels::MoeTileConfig tile;
         if (!kernels::parseMoeTileConfig(name.c_str(), &tile)) {
-            AFD_LOG_ERROR("bench moe: --tiles: unknown tile config '{}' (auto, small16, small32, small64, small128, "
-                          "wide128, wide256)",
-                          name);
+            AFD_LOG_ERROR(
+                "bench moe: --tiles: unknown tile config '{}' (auto, small16, small32, small64, small128, "
+                "wide128, wide256)",
+                name);
             return kExitBadConfig;
         }
         flags.options.tiles.push_back(tile);

@@ -209,8 +209,8 @@ std::vector<float> referenceMoe(const std::vector<core::Bf16>& x, const std::vec
     return out;
 }
 
-RouterReference referenceRouter(const std::vector<core::Bf16>& x, const std::vector<core::Bf16>& gate_w,
-                                int64_t tokens, int64_t hidden, int64_t experts, int64_t top_k, bool renormalize) {
+RouterReference referenceRouter(const std::vector<core::Bf16>& x, const std::vector<core::Bf16>& gate_w, int64_t tokens,
+                                int64_t hidden, int64_t experts, int64_t top_k, bool renormalize) {
     RouterReference r;
     r.logits.resize(static_cast<size_t>(tokens * experts));
     r.probs.resize(r.logits.size());

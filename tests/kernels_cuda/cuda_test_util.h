@@ -15,7 +15,7 @@ namespace afd::kernels::test {
 
 // Owns one cudaMalloc allocation; copies to and from host vectors. Throws core::Error on a CUDA failure.
 class DeviceBuffer {
-public:
+ public:
     DeviceBuffer() = default;
     explicit DeviceBuffer(size_t bytes);
     ~DeviceBuffer();
@@ -49,7 +49,7 @@ public:
     }
     size_t bytes() const { return bytes_; }
 
-private:
+ private:
     void* ptr_ = nullptr;
     size_t bytes_ = 0;
 };
@@ -62,15 +62,15 @@ std::vector<float> toFloat(const std::vector<core::Bf16>& v);
 
 // Routing kinds of the harness.
 enum class Routing {
-    kUniform,     // K distinct experts per token, uniformly
-    kSkewed,      // K distinct experts per token, Zipf-like (expert r drawn with weight 1 / (r + 1))
-    kOneExpert,   // every token's entry 0 on one expert, the other entries -1
-    kWithUnserved // uniform, then about a quarter of the entries set to -1
+    kUniform,      // K distinct experts per token, uniformly
+    kSkewed,       // K distinct experts per token, Zipf-like (expert r drawn with weight 1 / (r + 1))
+    kOneExpert,    // every token's entry 0 on one expert, the other entries -1
+    kWithUnserved  // uniform, then about a quarter of the entries set to -1
 };
 
 struct RoutingTable {
-    std::vector<int32_t> ids;      // [T * K]
-    std::vector<float> weights;    // [T * K], positive
+    std::vector<int32_t> ids;    // [T * K]
+    std::vector<float> weights;  // [T * K], positive
 };
 RoutingTable makeRouting(int64_t tokens, int64_t experts, int64_t top_k, Routing kind, std::mt19937& rng);
 
@@ -88,12 +88,12 @@ std::vector<float> referenceMoe(const std::vector<core::Bf16>& x, const std::vec
                                 int64_t hidden, int64_t inter, int64_t top_k);
 
 struct RouterReference {
-    std::vector<float> logits;  // [T, E]
-    std::vector<float> probs;   // [T, E] softmax
-    std::vector<int32_t> ids;   // [T, K] descending probability, ties to the lower id
-    std::vector<float> weights; // [T, K]
+    std::vector<float> logits;   // [T, E]
+    std::vector<float> probs;    // [T, E] softmax
+    std::vector<int32_t> ids;    // [T, K] descending probability, ties to the lower id
+    std::vector<float> weights;  // [T, K]
 };
-RouterReference referenceRouter(const std::vector<core::Bf16>& x, const std::vector<core::Bf16>& gate_w,
-                                int64_t tokens, int64_t hidden, int64_t experts, int64_t top_k, bool renormalize);
+RouterReference referenceRouter(const std::vector<core::Bf16>& x, const std::vector<core::Bf16>& gate_w, int64_t tokens,
+                                int64_t hidden, int64_t experts, int64_t top_k, bool renormalize);
 
 }  // namespace afd::kernels::test

@@ -32,14 +32,14 @@ bool haveHopper() {
     return cuda::deviceInfo(0).compute_major >= 9;
 }
 
-#define AFD_REQUIRE_HOPPER()                                    \
-    do {                                                        \
-        if (cuda::deviceCount() == 0) {                         \
-            GTEST_SKIP() << "no CUDA device";                   \
-        }                                                       \
-        if (!haveHopper()) {                                    \
+#define AFD_REQUIRE_HOPPER()                                       \
+    do {                                                           \
+        if (cuda::deviceCount() == 0) {                            \
+            GTEST_SKIP() << "no CUDA device";                      \
+        }                                                          \
+        if (!haveHopper()) {                                       \
             GTEST_SKIP() << "the MoE kernels need sm_90 (Hopper)"; \
-        }                                                       \
+        }                                                          \
     } while (0)
 
 struct Case {
@@ -58,8 +58,8 @@ struct Problem {
     Problem(const Case& kase, std::mt19937& rng) : c(kase) {
         x = test::randomBf16(static_cast<size_t>(c.tokens * c.hidden), 1.0f, rng);
         // Scales keep h and y of order one, so the relative errors measure the kernels, not cancellation.
-        w13 = test::randomBf16(static_cast<size_t>(c.experts * 2 * c.inter * c.hidden), 2.0f / std::sqrt(c.hidden),
-                               rng);
+        w13 =
+            test::randomBf16(static_cast<size_t>(c.experts * 2 * c.inter * c.hidden), 2.0f / std::sqrt(c.hidden), rng);
         w2 = test::randomBf16(static_cast<size_t>(c.experts * c.hidden * c.inter), 2.0f / std::sqrt(c.inter), rng);
         routing = test::makeRouting(c.tokens, c.experts, c.top_k, c.routing, rng);
         d_x = DeviceBuffer::from(x);
@@ -112,9 +112,9 @@ std::vector<Case> cases() {
 }
 
 constexpr MoeTileConfig kAllConfigs[] = {
-    MoeTileConfig::kAuto,     MoeTileConfig::kSmall16, MoeTileConfig::kSmall32, MoeTileConfig::kSmall64,
-    MoeTileConfig::kSmall128, MoeTileConfig::kWide128, MoeTileConfig::kWide256, MoeTileConfig::kWide256Gather,
-    MoeTileConfig::kTall128};
+    MoeTileConfig::kAuto,    MoeTileConfig::kSmall16,       MoeTileConfig::kSmall32,
+    MoeTileConfig::kSmall64, MoeTileConfig::kSmall128,      MoeTileConfig::kWide128,
+    MoeTileConfig::kWide256, MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128};
 
 // The configurations whose tiles divide the case's shape (the others are refused by resolveMoeTileConfig).
 std::vector<MoeTileConfig> configsFor(const Case& c) {

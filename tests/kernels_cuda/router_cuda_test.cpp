@@ -29,15 +29,16 @@ TEST(RouterCudaTest, MatchesCpuReference) {
     }
     std::mt19937 rng(4242);
     const std::vector<RouterCase> cases = {
-        {1, 64, 32, 1, true, true},      {7, 128, 128, 8, true, true},   {16, 2048, 128, 8, true, true},
-        {33, 256, 256, 8, false, true},  {200, 512, 64, 2, true, false}, {5, 96, 32, 32, false, true},
+        {1, 64, 32, 1, true, true},       {7, 128, 128, 8, true, true},   {16, 2048, 128, 8, true, true},
+        {33, 256, 256, 8, false, true},   {200, 512, 64, 2, true, false}, {5, 96, 32, 32, false, true},
         {1000, 2048, 128, 8, true, true},
     };
     for (const RouterCase& c : cases) {
         SCOPED_TRACE(testing::Message() << "T " << c.tokens << " H " << c.hidden << " E " << c.experts << " K "
                                         << c.top_k << " renorm " << c.renormalize);
         const auto x = test::randomBf16(static_cast<size_t>(c.tokens * c.hidden), 1.0f, rng);
-        const auto gate_w = test::randomBf16(static_cast<size_t>(c.experts * c.hidden), 3.0f / std::sqrt(c.hidden), rng);
+        const auto gate_w =
+            test::randomBf16(static_cast<size_t>(c.experts * c.hidden), 3.0f / std::sqrt(c.hidden), rng);
         const auto ref = test::referenceRouter(x, gate_w, c.tokens, c.hidden, c.experts, c.top_k, c.renormalize);
 
         DeviceBuffer d_x = DeviceBuffer::from(x);

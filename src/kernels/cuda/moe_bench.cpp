@@ -25,8 +25,10 @@ namespace {
 // ---- RAII for the runtime objects the benchmark holds --------------------------------------------------------
 
 class DeviceMemory {
-public:
-    explicit DeviceMemory(size_t bytes) : bytes_(bytes) { AFD_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 256))); }
+ public:
+    explicit DeviceMemory(size_t bytes) : bytes_(bytes) {
+        AFD_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 256)));
+    }
     ~DeviceMemory() { (void)cudaFree(ptr_); }
     DeviceMemory(const DeviceMemory&) = delete;
     DeviceMemory& operator=(const DeviceMemory&) = delete;
@@ -37,25 +39,25 @@ public:
     }
     size_t bytes() const { return bytes_; }
 
-private:
+ private:
     void* ptr_ = nullptr;
     size_t bytes_ = 0;
 };
 
 class Stream {
-public:
+ public:
     Stream() { AFD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
     ~Stream() { (void)cudaStreamDestroy(stream_); }
     Stream(const Stream&) = delete;
     Stream& operator=(const Stream&) = delete;
     cudaStream_t get() const { return stream_; }
 
-private:
+ private:
     cudaStream_t stream_ = nullptr;
 };
 
 class Graph {
-public:
+ public:
     // Captures what `body` enqueues on `stream` (relaxed mode: other threads may use the runtime meanwhile).
     Graph(cudaStream_t stream, const std::function<void()>& body) {
         AFD_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
@@ -71,12 +73,12 @@ public:
     Graph& operator=(const Graph&) = delete;
     void launch(cudaStream_t stream) const { AFD_CUDA_CHECK(cudaGraphLaunch(exec_, stream)); }
 
-private:
+ private:
     cudaGraphExec_t exec_ = nullptr;
 };
 
 class Events {
-public:
+ public:
     explicit Events(size_t count) : events_(count) {
         for (auto& e : events_) {
             AFD_CUDA_CHECK(cudaEventCreate(&e));
@@ -91,19 +93,19 @@ public:
     Events& operator=(const Events&) = delete;
     cudaEvent_t operator[](size_t i) const { return events_[i]; }
 
-private:
+ private:
     std::vector<cudaEvent_t> events_;
 };
 
 class CublasHandle {
-public:
+ public:
     CublasHandle() { AFD_CUBLAS_CHECK(cublasCreate(&handle_)); }
     ~CublasHandle() { (void)cublasDestroy(handle_); }
     CublasHandle(const CublasHandle&) = delete;
     CublasHandle& operator=(const CublasHandle&) = delete;
     cublasHandle_t get() const { return handle_; }
 
-private:
+ private:
     cublasHandle_t handle_ = nullptr;
 };
 
@@ -281,8 +283,8 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 dumpRouting(o.dump_routing_dir, kind, tokens, o, routing);
             }
             AFD_CUDA_CHECK(cudaMemcpy(ids.get(), routing.ids.data(), routing.ids.size() * 4, cudaMemcpyHostToDevice));
-            AFD_CUDA_CHECK(cudaMemcpy(weights.get(), routing.weights.data(), routing.weights.size() * 4,
-                                      cudaMemcpyHostToDevice));
+            AFD_CUDA_CHECK(
+                cudaMemcpy(weights.get(), routing.weights.data(), routing.weights.size() * 4, cudaMemcpyHostToDevice));
             auto params = [&](int l) {
                 MoeParams p;
                 p.num_tokens = tokens;
@@ -322,7 +324,8 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                         std::make_unique<Graph>(s, [&] { moeForwardCuda(params(l), ws, ws_bytes, s, options); }));
                 }
                 AFD_CUDA_CHECK(cudaStreamSynchronize(s));
-                const Timing t = timeRuns(s, o.warmup, o.reps, [&](int i) { graphs[static_cast<size_t>(i % o.layers)]->launch(s); });
+                const Timing t =
+                    timeRuns(s, o.warmup, o.reps, [&](int i) { graphs[static_cast<size_t>(i % o.layers)]->launch(s); });
                 row.median_us = t.median_us;
                 row.p10_us = t.p10_us;
                 row.p90_us = t.p90_us;
@@ -333,8 +336,8 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                     for (int st = 0; st < 4; ++st) {
                         std::vector<std::unique_ptr<Graph>> stage_graphs;
                         for (int l = 0; l < o.layers; ++l) {
-                            stage_graphs.push_back(std::make_unique<Graph>(
-                                s, [&] { stages[st](params(l), ws, ws_bytes, s, options); }));
+                            stage_graphs.push_back(
+                                std::make_unique<Graph>(s, [&] { stages[st](params(l), ws, ws_bytes, s, options); }));
                         }
                         const int reps = std::max(10, o.reps / 2);
                         *outs[st] = timeRuns(s, 3, reps, [&](int i) {
@@ -342,8 +345,10 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                                     }).median_us;
                     }
                 }
-                const double flops = 2.0 * static_cast<double>(row.entries) * 3.0 * static_cast<double>(o.hidden * o.inter);
-                row.mem_floor_us = static_cast<double>(row.distinct_experts) * expert_bytes / (result.copy_tbps * 1e12) * 1e6;
+                const double flops =
+                    2.0 * static_cast<double>(row.entries) * 3.0 * static_cast<double>(o.hidden * o.inter);
+                row.mem_floor_us =
+                    static_cast<double>(row.distinct_experts) * expert_bytes / (result.copy_tbps * 1e12) * 1e6;
                 row.flop_floor_us = flops / (result.gemm_tflops * 1e12) * 1e6;
                 row.floor_us = std::max(row.mem_floor_us, row.flop_floor_us);
                 row.pct_of_floor = 100.0 * row.floor_us / row.median_us;

@@ -22,12 +22,12 @@ struct MoeBenchOptions {
     int64_t experts = 128;
     int64_t top_k = 8;
     double zipf_exponent = 1.0;
-    int layers = 5;      // weight sets rotated between replays (>= 4 keeps L2 cold)
-    int reps = 100;      // timed replays per point (median reported)
-    int warmup = 10;     // untimed replays per point
-    bool stages = true;  // also time the four stages apart (graphs of one stage each)
+    int layers = 5;                  // weight sets rotated between replays (>= 4 keeps L2 cold)
+    int reps = 100;                  // timed replays per point (median reported)
+    int warmup = 10;                 // untimed replays per point
+    bool stages = true;              // also time the four stages apart (graphs of one stage each)
     bool fuse_small_routing = true;  // MoeCudaOptions::fuse_small_routing
-    std::string dump_routing_dir;  // if set, writes routing_<name>_T<T>.bin for the peer scripts
+    std::string dump_routing_dir;    // if set, writes routing_<name>_T<T>.bin for the peer scripts
     uint64_t seed = 1;
 };
 
@@ -54,8 +54,8 @@ struct MoeBenchRow {
 
 struct MoeBenchResult {
     std::string device;
-    double copy_tbps = 0;     // TB/s, bytes read + written
-    double gemm_tflops = 0;   // cuBLAS BF16 8192^3
+    double copy_tbps = 0;    // TB/s, bytes read + written
+    double gemm_tflops = 0;  // cuBLAS BF16 8192^3
     std::vector<MoeBenchRow> rows;
 };
 

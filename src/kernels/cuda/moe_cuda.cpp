@@ -89,8 +89,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
     static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
         void* ptr = nullptr;
         cudaDriverEntryPointQueryResult query{};
-        AFD_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
-                                                        &query));
+        AFD_CUDA_CHECK(
+            cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &query));
         AFD_CHECK(query == cudaDriverEntryPointSuccess && ptr != nullptr,
                   "cuTensorMapEncodeTiled is not available from the CUDA driver");
         return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
@@ -147,9 +147,9 @@ int smCount() {
     return count;
 }
 
-cudaError_t dispatchGroupedGemm(MoeTileConfig config, bool gate_up, const CUtensorMap& tmap,
-                                const CUtensorMap& tmap_b, const CUtensorMap& tmap_b_full,
-                                const GroupedGemmArgs& args, cudaStream_t stream, bool programmatic) {
+cudaError_t dispatchGroupedGemm(MoeTileConfig config, bool gate_up, const CUtensorMap& tmap, const CUtensorMap& tmap_b,
+                                const CUtensorMap& tmap_b_full, const GroupedGemmArgs& args, cudaStream_t stream,
+                                bool programmatic) {
     const int sms = smCount();
     switch (config) {
         case MoeTileConfig::kSmall16:
@@ -165,7 +165,8 @@ cudaError_t dispatchGroupedGemm(MoeTileConfig config, bool gate_up, const CUtens
         case MoeTileConfig::kWide256:
             return cuda::launchGroupedGemmWide256(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
         case MoeTileConfig::kWide256Gather:
-            return cuda::launchGroupedGemmWide256Gather(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
+            return cuda::launchGroupedGemmWide256Gather(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream,
+                                                        programmatic);
         case MoeTileConfig::kTall128:
             return cuda::launchGroupedGemmTall128(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
         case MoeTileConfig::kAuto:
@@ -243,9 +244,9 @@ TileShape tileShape(MoeTileConfig config) {
 
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config) {
     static constexpr MoeTileConfig kAll[] = {
-        MoeTileConfig::kAuto,     MoeTileConfig::kSmall16, MoeTileConfig::kSmall32, MoeTileConfig::kSmall64,
-        MoeTileConfig::kSmall128, MoeTileConfig::kWide128, MoeTileConfig::kWide256, MoeTileConfig::kWide256Gather,
-        MoeTileConfig::kTall128};
+        MoeTileConfig::kAuto,    MoeTileConfig::kSmall16,       MoeTileConfig::kSmall32,
+        MoeTileConfig::kSmall64, MoeTileConfig::kSmall128,      MoeTileConfig::kWide128,
+        MoeTileConfig::kWide256, MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128};
     for (const MoeTileConfig c : kAll) {
         if (std::strcmp(text, moeTileConfigName(c)) == 0) {
             *config = c;
@@ -339,8 +340,8 @@ void moePermuteCuda(const MoeParams& params, void* workspace, size_t workspace_b
     AFD_CUDA_CHECK(cuda::launchMoePermute(params.topk_ids, static_cast<int>(params.num_tokens * params.top_k),
                                           static_cast<int>(params.top_k), static_cast<int>(params.num_experts),
                                           r.shape.block_tokens, r.view.expert_count, r.view.slot_offset,
-                                          r.view.tile_offset, r.view.entry_slot, r.view.slot_token,
-                                          r.view.chunk_counts, asStream(stream), options.programmatic_launch));
+                                          r.view.tile_offset, r.view.entry_slot, r.view.slot_token, r.view.chunk_counts,
+                                          asStream(stream), options.programmatic_launch));
 }
 
 void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,
@@ -378,11 +379,10 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
     std::memset(&tmap_b, 0, sizeof(tmap_b));
     std::memset(&tmap_b_full, 0, sizeof(tmap_b_full));
     if (r.shape.tma_tokens) {
-        AFD_CUDA_CHECK(cuda::launchMoeGather(reinterpret_cast<const uint16_t*>(params.x), r.view.slot_token,
-                                             r.view.slot_offset, static_cast<int>(params.num_experts),
-                                             static_cast<int>(params.hidden), static_cast<int>(rows),
-                                             reinterpret_cast<uint16_t*>(r.view.x_sorted), smCount(),
-                                             asStream(stream), options.programmatic_launch));
+        AFD_CUDA_CHECK(cuda::launchMoeGather(
+            reinterpret_cast<const uint16_t*>(params.x), r.view.slot_token, r.view.slot_offset,
+            static_cast<int>(params.num_experts), static_cast<int>(params.hidden), static_cast<int>(rows),
+            reinterpret_cast<uint16_t*>(r.view.x_sorted), smCount(), asStream(stream), options.programmatic_launch));
         args.b_src = reinterpret_cast<const uint16_t*>(r.view.x_sorted);
         tmap_b = matrixTensorMap(r.view.x_sorted, rows, params.hidden, tokenBoxRows(r.shape));
         tmap_b_full = matrixTensorMap(r.view.x_sorted, rows, params.hidden, r.shape.block_tokens);
@@ -426,11 +426,10 @@ void moeCombineCuda(const MoeParams& params, void* workspace, size_t workspace_b
     if (params.num_tokens == 0) {
         return;
     }
-    AFD_CUDA_CHECK(cuda::launchMoeCombine(r.view.entry_slot, params.topk_weights,
-                                          reinterpret_cast<const uint16_t*>(r.view.y),
-                                          static_cast<uint16_t*>(params.out), static_cast<int>(params.num_tokens),
-                                          static_cast<int>(params.top_k), static_cast<int>(params.hidden),
-                                          asStream(stream), options.programmatic_launch));
+    AFD_CUDA_CHECK(cuda::launchMoeCombine(
+        r.view.entry_slot, params.topk_weights, reinterpret_cast<const uint16_t*>(r.view.y),
+        static_cast<uint16_t*>(params.out), static_cast<int>(params.num_tokens), static_cast<int>(params.top_k),
+        static_cast<int>(params.hidden), asStream(stream), options.programmatic_launch));
 }
 
 void moeForwardCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,
@@ -455,11 +454,10 @@ void routerForwardCuda(const RouterParams& params, void* stream) {
               "routerForwardCuda: num_experts {} must be a multiple of 32 and at most 256", params.num_experts);
     AFD_CHECK(params.top_k >= 1 && params.top_k <= 32 && params.top_k <= params.num_experts,
               "routerForwardCuda: top_k {} outside [1, min(32, num_experts)]", params.top_k);
-    AFD_CUDA_CHECK(cuda::launchRouter(reinterpret_cast<const uint16_t*>(params.x),
-                                      reinterpret_cast<const uint16_t*>(params.gate_w), params.logits,
-                                      params.topk_ids, params.topk_weights, static_cast<int>(params.num_tokens),
-                                      static_cast<int>(params.hidden), static_cast<int>(params.num_experts),
-                                      static_cast<int>(params.top_k), params.norm_topk_prob, asStream(stream)));
+    AFD_CUDA_CHECK(cuda::launchRouter(
+        reinterpret_cast<const uint16_t*>(params.x), reinterpret_cast<const uint16_t*>(params.gate_w), params.logits,
+        params.topk_ids, params.topk_weights, static_cast<int>(params.num_tokens), static_cast<int>(params.hidden),
+        static_cast<int>(params.num_experts), static_cast<int>(params.top_k), params.norm_topk_prob, asStream(stream)));
 }
 
 }  // namespace afd::kernels

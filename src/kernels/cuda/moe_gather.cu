@@ -14,9 +14,9 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-__global__ void __launch_bounds__(kThreads) gatherKernel(const uint16_t* x, const int32_t* slot_token,
-                                                         const int32_t* slot_offset, int num_experts, int hidden,
-                                                         int max_slots, uint16_t* x_sorted) {
+__global__ void __launch_bounds__(kThreads)
+    gatherKernel(const uint16_t* x, const int32_t* slot_token, const int32_t* slot_offset, int num_experts, int hidden,
+                 int max_slots, uint16_t* x_sorted) {
     sm90::gridDependencyWait();
     sm90::launchDependents();
     const int slots = min(slot_offset[num_experts], max_slots);

@@ -40,19 +40,19 @@
 
 namespace afd::kernels::cuda::grouped_gemm {
 
-inline constexpr int kBlockK = 64;      // reduction elements per stage: one 128-byte swizzle row of bf16
+inline constexpr int kBlockK = 64;  // reduction elements per stage: one 128-byte swizzle row of bf16
 inline constexpr int kRowBytes = 128;
 inline constexpr int kWarpgroup = 128;  // threads
 inline constexpr int kWeightRowsPerConsumer = 64;
 
 template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
 struct Layout {
-    static constexpr int kBlocks = kConsumers * kMBlocks;                              // 64-row blocks per item
-    static constexpr int kABytes = kBlocks * kWeightRowsPerConsumer * kRowBytes;       // per stage
-    static constexpr int kBBytes = kBlockTokens * kRowBytes;                         // per stage
-    static constexpr int kEpiTokens = kBlockTokens < 64 ? kBlockTokens : 64;          // tokens per epilogue pass
-    static constexpr int kEpiCols = kGateUp ? 32 : 64;  // outputs per token and consumer
-    static constexpr int kEpiStride = kEpiCols + 8;     // bf16; the pad makes the staging stores conflict-free
+    static constexpr int kBlocks = kConsumers * kMBlocks;                         // 64-row blocks per item
+    static constexpr int kABytes = kBlocks * kWeightRowsPerConsumer * kRowBytes;  // per stage
+    static constexpr int kBBytes = kBlockTokens * kRowBytes;                      // per stage
+    static constexpr int kEpiTokens = kBlockTokens < 64 ? kBlockTokens : 64;      // tokens per epilogue pass
+    static constexpr int kEpiCols = kGateUp ? 32 : 64;                            // outputs per token and consumer
+    static constexpr int kEpiStride = kEpiCols + 8;  // bf16; the pad makes the staging stores conflict-free
     static constexpr int kEpiBytes = kEpiTokens * kEpiStride * 2;
     static constexpr int kAOffset = 0;
     static constexpr int kBOffset = kAOffset + kStages * kABytes;
@@ -63,7 +63,7 @@ struct Layout {
     // counts [E].
     static constexpr int kThreads = kWarpgroup * (kConsumers + 1);
     static constexpr int kRowsPerThread = kBlockTokens >= 16 ? kBlockTokens / 16 : 1;  // cp.async token rows
-    static constexpr int kTokenBoxRows = kBlockTokens < 64 ? kBlockTokens : 64;  // rows of one token TMA box
+    static constexpr int kTokenBoxRows = kBlockTokens < 64 ? kBlockTokens : 64;        // rows of one token TMA box
     static_assert(kBOffset % 1024 == 0 && kEpiOffset % 1024 == 0, "stages must stay 1024-byte aligned");
     static_assert(kEpiBytes % 16 == 0 && kBarOffset % 8 == 0, "staging and barriers alignment");
     static_assert(kBlocks * kWeightRowsPerConsumer <= 256 && kBlockTokens <= 256, "TMA boxes have <= 256 rows");
@@ -73,7 +73,8 @@ struct Layout {
         return 1024 + static_cast<size_t>(kPrefixOffset) + 2 * static_cast<size_t>(num_experts + 1) * 4 +
                (2 * static_cast<size_t>(kFusedRoutingEntries) + static_cast<size_t>(num_experts)) * 4;
     }
-    static_assert(1024 + kPrefixOffset + (2 * (kMaxPermuteExperts + 1) + 2 * kFusedRoutingEntries + kMaxPermuteExperts) * 4 <=
+    static_assert(1024 + kPrefixOffset +
+                          (2 * (kMaxPermuteExperts + 1) + 2 * kFusedRoutingEntries + kMaxPermuteExperts) * 4 <=
                       227 * 1024,
                   "shared memory per CTA");
 };
@@ -87,8 +88,7 @@ struct Item {
 
 // Item `it` of the expert-major list; tiles/slots are the shared-memory copies of tile_offset/slot_offset.
 template <int kBlockTokens>
-__device__ __forceinline__ Item decodeItem(int it, const int* tiles, const int* slots, int num_experts,
-                                           int n_tiles) {
+__device__ __forceinline__ Item decodeItem(int it, const int* tiles, const int* slots, int num_experts, int n_tiles) {
     // The largest expert whose first item is <= it; it cannot be an empty expert (its successor would qualify).
     int lo = 0;
     int hi = num_experts - 1;
@@ -125,9 +125,7 @@ __device__ __forceinline__ int paddedTokens(int ntok) {
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }
 
-__device__ __forceinline__ uint16_t toBf16Bits(float v) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
+__device__ __forceinline__ uint16_t toBf16Bits(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 
 template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
 struct Kernel {
@@ -300,9 +298,8 @@ struct Kernel {
 
     // Writes the item's outputs from the accumulator through the consumer's staging buffer, 64 tokens a pass.
     template <int N>
-    __device__ __forceinline__ static void epilogue(float (&acc)[N / 2], const GroupedGemmArgs& args,
-                                                    const Shared& sh, const Item& item, int wg, int block,
-                                                    int ctid) {
+    __device__ __forceinline__ static void epilogue(float (&acc)[N / 2], const GroupedGemmArgs& args, const Shared& sh,
+                                                    const Item& item, int wg, int block, int ctid) {
         const int warp = ctid >> 5;
         const int lane = ctid & 31;
         uint16_t* stg = reinterpret_cast<uint16_t*>(sh.base + L::kEpiOffset + wg * L::kEpiBytes);
@@ -345,8 +342,8 @@ struct Kernel {
     }
 
     template <int N>
-    __device__ __forceinline__ static void consumeItem(const GroupedGemmArgs& args, const Shared& sh,
-                                                       const Item& item, int k_blocks, int& iter, int wg, int ctid) {
+    __device__ __forceinline__ static void consumeItem(const GroupedGemmArgs& args, const Shared& sh, const Item& item,
+                                                       int k_blocks, int& iter, int wg, int ctid) {
         float acc[kMBlocks][N / 2];
 #pragma unroll
         for (int mb = 0; mb < kMBlocks; ++mb) {
@@ -557,17 +554,15 @@ cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const CUt
 }  // namespace afd::kernels::cuda::grouped_gemm
 
 // Defines launchGroupedGemm<name> for the shape constant k<name>Shape (moe_grouped_gemm.h).
-#define AFD_DEFINE_GROUPED_GEMM(name)                                                                             \
-    namespace afd::kernels::cuda {                                                                                \
-    cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,      \
-                                        const CUtensorMap& tmap_b_full, const GroupedGemmArgs& args,              \
-                                        int sm_count, cudaStream_t stream, bool programmatic) {                   \
-        constexpr TileShape s = k##name##Shape;                                                                   \
-        return gate_up                                                                                            \
-                   ? grouped_gemm::launch<true, s.consumers, s.m_blocks, s.block_tokens, s.stages, s.tma_tokens>( \
-                         tmap_a, tmap_b, tmap_b_full, args, sm_count, stream, programmatic)                       \
-                   : grouped_gemm::launch<false, s.consumers, s.m_blocks, s.block_tokens, s.stages,              \
-                                          s.tma_tokens>(tmap_a, tmap_b, tmap_b_full, args, sm_count, stream,      \
-                                                        programmatic);                                            \
-    }                                                                                                             \
+#define AFD_DEFINE_GROUPED_GEMM(name)                                                                                  \
+    namespace afd::kernels::cuda {                                                                                     \
+    cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,            \
+                                        const CUtensorMap& tmap_b_full, const GroupedGemmArgs& args, int sm_count,     \
+                                        cudaStream_t stream, bool programmatic) {                                      \
+        constexpr TileShape s = k##name##Shape;                                                                        \
+        return gate_up ? grouped_gemm::launch<true, s.consumers, s.m_blocks, s.block_tokens, s.stages, s.tma_tokens>(  \
+                             tmap_a, tmap_b, tmap_b_full, args, sm_count, stream, programmatic)                        \
+                       : grouped_gemm::launch<false, s.consumers, s.m_blocks, s.block_tokens, s.stages, s.tma_tokens>( \
+                             tmap_a, tmap_b, tmap_b_full, args, sm_count, stream, programmatic);                       \
+    }                                                                                                                  \
     }

@@ -16,18 +16,18 @@ namespace afd::kernels::cuda {
 //            order when the tokens come by TMA), A = w13
 //   down:    out = y [slots, H], b_src = h [slots, I] in slot order, A = w2
 struct GroupedGemmArgs {
-    const uint16_t* b_src = nullptr;     // bf16 activations, rows of b_ld elements
-    const int32_t* slot_token = nullptr;  // [slots] token of each slot (gate-up only)
+    const uint16_t* b_src = nullptr;       // bf16 activations, rows of b_ld elements
+    const int32_t* slot_token = nullptr;   // [slots] token of each slot (gate-up only)
     const int32_t* slot_offset = nullptr;  // [E + 1]
     const int32_t* tile_offset = nullptr;  // [E + 1] token-tile prefix for the config's tile of tokens
     uint16_t* out = nullptr;               // bf16, rows of out_ld elements
     int num_experts = 0;
-    int k = 0;          // reduction length: H (gate-up) or I (down)
-    int b_ld = 0;       // row stride of b_src
-    int out_ld = 0;     // row stride of out
-    int inter = 0;      // I: gate-up rows of an expert are [0, I), up rows [I, 2I)
-    int a_rows = 0;     // weight rows of one expert in the map: 2I (gate-up) or H (down)
-    int n_tiles = 0;    // weight-row tiles per expert
+    int k = 0;        // reduction length: H (gate-up) or I (down)
+    int b_ld = 0;     // row stride of b_src
+    int out_ld = 0;   // row stride of out
+    int inter = 0;    // I: gate-up rows of an expert are [0, I), up rows [I, 2I)
+    int a_rows = 0;   // weight rows of one expert in the map: 2I (gate-up) or H (down)
+    int n_tiles = 0;  // weight-row tiles per expert
     // Gate-up only: 1 when the weight map is the 5-D interleaved view of w13 (one TMA per stage), 0 when it is
     // the plain 2-D view [E * 2I, H] with boxes of 8 rows (eight TMAs per consumer and stage).
     int a_interleaved = 0;
@@ -82,10 +82,10 @@ inline int downRowsPerItem(const TileShape& s) { return 64 * s.consumers * s.m_b
 // {64, 64 * blocks} (blocks = consumers * m_blocks). `tmap_b` (tma_tokens shapes only) describes b_src as
 // [rows, b_ld] with box {64, min(64, block_tokens)}, `tmap_b_full` the same with box {64, block_tokens} (one box
 // for items that fill the tile). All bf16 with the 128-byte swizzle. `sm_count` sizes the persistent grid.
-#define AFD_DECLARE_GROUPED_GEMM(name)                                                                            \
-    cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,      \
-                                        const CUtensorMap& tmap_b_full, const GroupedGemmArgs& args,              \
-                                        int sm_count, cudaStream_t stream, bool programmatic)
+#define AFD_DECLARE_GROUPED_GEMM(name)                                                                             \
+    cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,        \
+                                        const CUtensorMap& tmap_b_full, const GroupedGemmArgs& args, int sm_count, \
+                                        cudaStream_t stream, bool programmatic)
 AFD_DECLARE_GROUPED_GEMM(Small16);
 AFD_DECLARE_GROUPED_GEMM(Small32);
 AFD_DECLARE_GROUPED_GEMM(Small64);

@@ -110,10 +110,10 @@ __device__ void scanOffsets(int count, int num_experts, int block_tokens, int* w
     }
 }
 
-__global__ void __launch_bounds__(kThreads) permuteKernel(const int32_t* topk_ids, int num_entries, int top_k,
-                                                          int num_experts, int block_tokens, int32_t* expert_count,
-                                                          int32_t* slot_offset, int32_t* tile_offset,
-                                                          int32_t* entry_slot, int32_t* slot_token) {
+__global__ void __launch_bounds__(kThreads)
+    permuteKernel(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
+                  int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot,
+                  int32_t* slot_token) {
     __shared__ int counts[kMaxPermuteExperts];
     __shared__ int offsets[kMaxPermuteExperts];
     __shared__ int warp_sums[33];
@@ -130,8 +130,8 @@ __global__ void __launch_bounds__(kThreads) permuteKernel(const int32_t* topk_id
     __syncthreads();
 
     // (2) offsets of slots and of token tiles.
-    scanOffsets(tid < num_experts ? counts[tid] : 0, num_experts, block_tokens, warp_sums, offsets, true,
-                expert_count, slot_offset, tile_offset);
+    scanOffsets(tid < num_experts ? counts[tid] : 0, num_experts, block_tokens, warp_sums, offsets, true, expert_count,
+                slot_offset, tile_offset);
     __syncthreads();
     sm90::launchDependents();
 
@@ -147,8 +147,8 @@ __global__ void __launch_bounds__(kThreads) permuteKernel(const int32_t* topk_id
 }
 
 // Chunked path, kernel 1: ranks chunk blockIdx.x within its experts; its counts go to chunk_counts[chunk][e].
-__global__ void __launch_bounds__(kThreads) countKernel(const int32_t* topk_ids, int num_entries, int num_experts,
-                                                        int32_t* entry_slot, int32_t* chunk_counts) {
+__global__ void __launch_bounds__(kThreads)
+    countKernel(const int32_t* topk_ids, int num_entries, int num_experts, int32_t* entry_slot, int32_t* chunk_counts) {
     __shared__ int counts[kMaxPermuteExperts];
     sm90::gridDependencyWait();
     sm90::launchDependents();
@@ -166,11 +166,10 @@ __global__ void __launch_bounds__(kThreads) countKernel(const int32_t* topk_ids,
 
 // Chunked path, kernel 2: every CTA scans the experts' totals (CTA 0 writes them out) and places its chunk's
 // entries after the entries of the earlier chunks.
-__global__ void __launch_bounds__(kThreads) scatterKernel(const int32_t* topk_ids, int num_entries, int top_k,
-                                                          int num_experts, int block_tokens, int num_chunks,
-                                                          const int32_t* chunk_counts, int32_t* expert_count,
-                                                          int32_t* slot_offset, int32_t* tile_offset,
-                                                          int32_t* entry_slot, int32_t* slot_token) {
+__global__ void __launch_bounds__(kThreads)
+    scatterKernel(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
+                  int num_chunks, const int32_t* chunk_counts, int32_t* expert_count, int32_t* slot_offset,
+                  int32_t* tile_offset, int32_t* entry_slot, int32_t* slot_token) {
     __shared__ int offsets[kMaxPermuteExperts];
     __shared__ int warp_sums[33];
     const int tid = threadIdx.x;
@@ -235,18 +234,18 @@ cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k
         return cudaLaunchKernelEx(&config, permuteKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
                                   expert_count, slot_offset, tile_offset, entry_slot, slot_token);
     }
-    const cudaLaunchConfig_t count_config = permuteLaunchConfig(static_cast<unsigned>(chunks), stream, attr,
-                                                                programmatic);
+    const cudaLaunchConfig_t count_config =
+        permuteLaunchConfig(static_cast<unsigned>(chunks), stream, attr, programmatic);
     const cudaError_t err =
         cudaLaunchKernelEx(&count_config, countKernel, topk_ids, num_entries, num_experts, entry_slot, chunk_counts);
     if (err != cudaSuccess) {
         return err;
     }
-    const cudaLaunchConfig_t scatter_config = permuteLaunchConfig(static_cast<unsigned>(chunks), stream, attr,
-                                                                  programmatic);
+    const cudaLaunchConfig_t scatter_config =
+        permuteLaunchConfig(static_cast<unsigned>(chunks), stream, attr, programmatic);
     return cudaLaunchKernelEx(&scatter_config, scatterKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
-                              chunks, static_cast<const int32_t*>(chunk_counts), expert_count, slot_offset,
-                              tile_offset, entry_slot, slot_token);
+                              chunks, static_cast<const int32_t*>(chunk_counts), expert_count, slot_offset, tile_offset,
+                              entry_slot, slot_token);
 }
 
 }  // namespace afd::kernels::cuda

@@ -15,13 +15,13 @@ constexpr int kTokens = 16;
 constexpr int kWarps = 4;
 constexpr int kMaxExperts = 256;
 constexpr int kMaxBlocksPerWarp = kMaxExperts / (8 * kWarps);  // n-blocks of 8 experts per warp
-constexpr int kMaxStripes = kMaxExperts / 32;                    // experts per lane in the top-k
+constexpr int kMaxStripes = kMaxExperts / 32;                  // experts per lane in the top-k
 constexpr unsigned kFullMask = 0xffffffffu;
 
 __device__ __forceinline__ uint32_t load2(const uint16_t* p) { return __ldg(reinterpret_cast<const uint32_t*>(p)); }
 
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
@@ -42,9 +42,9 @@ __device__ __forceinline__ void warpArgMax(float& value, int& index) {
     }
 }
 
-__global__ void __launch_bounds__(kWarps * 32) routerKernel(const uint16_t* x, const uint16_t* gate_w, float* logits,
-                                                            int32_t* topk_ids, float* topk_weights, int num_tokens,
-                                                            int hidden, int num_experts, int top_k, bool renormalize) {
+__global__ void __launch_bounds__(kWarps * 32)
+    routerKernel(const uint16_t* x, const uint16_t* gate_w, float* logits, int32_t* topk_ids, float* topk_weights,
+                 int num_tokens, int hidden, int num_experts, int top_k, bool renormalize) {
     extern __shared__ float s_logits[];  // [kTokens][num_experts]
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
@@ -174,7 +174,7 @@ cudaError_t launchRouter(const uint16_t* x, const uint16_t* gate_w, float* logit
     const unsigned blocks = static_cast<unsigned>((num_tokens + kTokens - 1) / kTokens);
     const size_t smem = static_cast<size_t>(kTokens) * num_experts * sizeof(float);
     routerKernel<<<blocks, kWarps * 32, smem, stream>>>(x, gate_w, logits, topk_ids, topk_weights, num_tokens, hidden,
-                                                         num_experts, top_k, renormalize);
+                                                        num_experts, top_k, renormalize);
     return cudaGetLastError();
 }
 

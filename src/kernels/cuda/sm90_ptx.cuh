@@ -27,8 +27,7 @@ __device__ __forceinline__ void mbarArrive(uint64_t* bar) {
 }
 
 __device__ __forceinline__ void mbarArriveExpectTx(uint64_t* bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smemAddr(bar)), "r"(bytes)
-                 : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smemAddr(bar)), "r"(bytes) : "memory");
 }
 
 __device__ __forceinline__ bool mbarTryWait(uint64_t* bar, uint32_t parity) {
@@ -121,9 +120,7 @@ __device__ __forceinline__ void cpAsyncArriveNoinc(uint64_t* bar) {
 
 // Orders this thread's view of shared memory written through the generic proxy (st.shared, cp.async) before its
 // later async-proxy accesses (wgmma operand reads, TMA).
-__device__ __forceinline__ void fenceProxyAsyncShared() {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
+__device__ __forceinline__ void fenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 // ---- wgmma ----------------------------------------------------------------------------------------------------
 
