@@ -22,8 +22,8 @@ int main(int argc, char** argv) {
     });
 
     int exit_code = afd::cli::kExitOk;
-
-
+    afd::cli::addGenModelCommand(app, exit_code);
+    afd::cli::addGenerateCommand(app, exit_code);
 
     try {
         app.parse(argc, argv);
