@@ -25,8 +25,15 @@ Engine::Engine(const model::ModelConfig& config, const model::ModelWeights& weig
     shape.num_kv_heads = config.num_key_value_heads;
     shape.head_dim = config.head_dim;
     const int64_t blocks_per_seq = (options.scheduler.max_model_len + options.block_size - 1) / options.block_size;
-    shape.num_blocks =
-        options.num_kv_blocks > 0 ? options.num_kv_blocks : blocks_per_seq * options.scheduler.max_num_seqs;
+    if (options.num_kv_blocks > 0) {
+        shape.num_blocks = options.num_kv_blocks;
+    } else {
+        shape.num_blocks = 1;
+        const uint64_t bytes_per_block = shape.bytes();
+        const int64_t affordable = static_cast<int64_t>(options.kv_cache_bytes / bytes_per_block);
+        shape.num_blocks = std::max<int64_t>(
+            blocks_per_seq, std::min(blocks_per_seq * options.scheduler.max_num_seqs, affordable));
+    }
     kv_cache_ = std::make_unique<KvCache>(shape);
     scheduler_ = std::make_unique<Scheduler>(options.scheduler, kv_cache_->allocator(), options.block_size);
     runner_ = std::make_unique<ModelRunner>(config, weights, *kv_cache_, backend);

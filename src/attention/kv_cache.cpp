@@ -34,8 +34,10 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape), allocator_(shape.nu
               "bad KV cache shape");
     const core::Shape pool = {shape.num_blocks, shape.block_size, shape.num_kv_heads, shape.head_dim};
     for (int64_t l = 0; l < shape.num_layers; ++l) {
-        keys_.push_back(core::Tensor::zeros(core::DType::kF32, pool));
-        values_.push_back(core::Tensor::zeros(core::DType::kF32, pool));
+        // NOTE: uninitialised on purpose: attention only reads positions written earlier, and untouched pages
+        // of a large cache are never faulted in.
+        keys_.push_back(core::Tensor::empty(core::DType::kF32, pool));
+        values_.push_back(core::Tensor::empty(core::DType::kF32, pool));
     }
 }
 

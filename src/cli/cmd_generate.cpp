@@ -129,8 +129,13 @@ void addGenerateCommand(CLI::App& app, int& exit_code) {
     cmd->add_option("--max-model-len", options->engine.scheduler.max_model_len,
                     "longest prompt + output (default: min(max_position_embeddings, 8192))");
     cmd->add_option("--block-size", options->engine.block_size, "KV cache block size in tokens")->default_val(16);
-    cmd->add_option("--num-kv-blocks", options->engine.num_kv_blocks, "KV cache blocks (0 = enough for all)")
+    cmd->add_option("--num-kv-blocks", options->engine.num_kv_blocks,
+                    "KV cache blocks (0 = enough for max-num-seqs full-length sequences within --kv-cache-mb)")
         ->default_val(0);
+    cmd->add_option_function<uint64_t>(
+           "--kv-cache-mb", [options](uint64_t mb) { options->engine.kv_cache_bytes = mb << 20; },
+           "KV cache budget in MiB when --num-kv-blocks is 0 (default 1024)")
+        ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
     cmd->add_flag("--dbo", options->engine.dual_batch_overlap, "split each step into two stages");
     cmd->add_flag("--json", options->json, "print one JSON object with new_ids and prompt_last_logits");
     cmd->callback([options, &exit_code] { exit_code = runGenerate(*options); });
