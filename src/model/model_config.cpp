@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <set>
@@ -94,9 +95,10 @@ Status readOptional(const json& object, std::string_view key, T* out, Convert co
 // A field with two spellings (hub form and transformers 5.x form). Both present with different values is an
 // error naming both; `*out` keeps the default when neither is present.
 template <typename T, typename Convert>
-Status readEither(const json& object, std::string_view key_a, std::string_view key_b, T* out, Convert convert) {
-    const json* a = findField(object, key_a);
-    const json* b = findField(object, key_b);
+Status readEither(const json& object, std::string_view key_a, std::string_view key_b, T* out, Convert convert,
+                  bool null_is_absent = false) {
+    const json* a = findField(object, key_a, null_is_absent);
+    const json* b = findField(object, key_b, null_is_absent);
     T value_a = *out;
     T value_b = *out;
     if (a != nullptr) AFD_RETURN_IF_ERROR(convert(*a, key_a, &value_a));
@@ -130,7 +132,8 @@ Status readIdentity(const json& root) {
     std::string type;
     AFD_RETURN_IF_ERROR(toString(*model_type, "model_type", &type));
     if (type != kModelType) {
-        return core::unsupported("model_type \"{}\" is not \"{}\", the only model type computed here", type, kModelType);
+        return core::unsupported("model_type \"{}\" is not \"{}\", the only model type computed here", type,
+                                 kModelType);
     }
     return Status::ok();
 }
@@ -188,9 +191,9 @@ Status readFeatures(const json& root, core::DType* dtype) {
     if (act != "silu") return core::unsupported("hidden_act \"{}\" is not supported (only \"silu\" is)", act);
 
     std::string weight_dtype(kWeightDType);
-    AFD_RETURN_IF_ERROR(readEither(root, "torch_dtype", "dtype", &weight_dtype, toString));
+    AFD_RETURN_IF_ERROR(readEither(root, "torch_dtype", "dtype", &weight_dtype, toString, true));
     if (weight_dtype != kWeightDType) {
-        const char* key = findField(root, "torch_dtype") != nullptr ? "torch_dtype" : "dtype";
+        const char* key = findField(root, "torch_dtype", true) != nullptr ? "torch_dtype" : "dtype";
         return core::unsupported("{} \"{}\" is not supported (weights must be \"{}\")", key, weight_dtype,
                                  kWeightDType);
     }
@@ -307,11 +310,11 @@ std::optional<int64_t> mulChecked(std::initializer_list<int64_t> factors) {
 std::optional<int64_t> countParameters(const ModelConfig& c) {
     const int64_t h = c.hidden_size;
     std::vector<std::optional<int64_t>> layer_terms = {
-        mulChecked({2, h}),                     // input_layernorm, post_attention_layernorm
-        mulChecked({h, c.num_attention_heads, c.head_dim}),      // q_proj
+        mulChecked({2, h}),                                     // input_layernorm, post_attention_layernorm
+        mulChecked({h, c.num_attention_heads, c.head_dim}),     // q_proj
         mulChecked({2, h, c.num_key_value_heads, c.head_dim}),  // k_proj, v_proj
-        mulChecked({c.num_attention_heads, c.head_dim, h}),      // o_proj
-        mulChecked({2, c.head_dim}),                              // q_norm, k_norm
+        mulChecked({c.num_attention_heads, c.head_dim, h}),     // o_proj
+        mulChecked({2, c.head_dim}),                            // q_norm, k_norm
     };
     if (c.attention_bias) {
         layer_terms.push_back(mulChecked({c.num_attention_heads, c.head_dim}));
@@ -330,7 +333,8 @@ std::optional<int64_t> countParameters(const ModelConfig& c) {
 
     int64_t moe_layer = 0;
     int64_t dense_layer = 0;
-    if (__builtin_add_overflow(attention, *gate, &moe_layer) || __builtin_add_overflow(moe_layer, *experts, &moe_layer) ||
+    if (__builtin_add_overflow(attention, *gate, &moe_layer) ||
+        __builtin_add_overflow(moe_layer, *experts, &moe_layer) ||
         __builtin_add_overflow(attention, *dense, &dense_layer)) {
         return std::nullopt;
     }
@@ -339,8 +343,12 @@ std::optional<int64_t> countParameters(const ModelConfig& c) {
     if (__builtin_add_overflow(total, *embedding, &total) || __builtin_add_overflow(total, h, &total)) {
         return std::nullopt;
     }
-    for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-        if (__builtin_add_overflow(total, c.isMoeLayer(layer) ? moe_layer : dense_layer, &total)) return std::nullopt;
+    const int64_t num_moe = c.numMoeLayers();
+    const auto moe_total = mulChecked({num_moe, moe_layer});
+    const auto dense_total = mulChecked({c.num_hidden_layers - num_moe, dense_layer});
+    if (!moe_total || !dense_total || __builtin_add_overflow(total, *moe_total, &total) ||
+        __builtin_add_overflow(total, *dense_total, &total)) {
+        return std::nullopt;
     }
     return total;
 }
@@ -355,8 +363,14 @@ bool ModelConfig::isMoeLayer(int64_t layer) const {
 }
 
 int64_t ModelConfig::numMoeLayers() const {
-    int64_t count = 0;
-    for (int64_t layer = 0; layer < num_hidden_layers; ++layer) count += isMoeLayer(layer) ? 1 : 0;
+    AFD_CHECK(decoder_sparse_step >= 1, "decoder_sparse_step {} < 1 (validate() refuses it)", decoder_sparse_step);
+    if (num_experts <= 0 || num_hidden_layers <= 0) return 0;
+    // Counted without visiting every layer: num_hidden_layers comes from an untrusted file.
+    const std::set<int64_t> dense(mlp_only_layers.begin(), mlp_only_layers.end());
+    int64_t count = num_hidden_layers / decoder_sparse_step;
+    for (const int64_t layer : dense) {
+        if (layer >= 0 && layer < num_hidden_layers && (layer + 1) % decoder_sparse_step == 0) --count;
+    }
     return count;
 }
 
