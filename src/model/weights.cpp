@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <sys/mman.h>
+
 #include <cstring>
 
 #include "core/check.h"
@@ -37,13 +39,29 @@ std::string expertTensorName(int64_t layer, int64_t expert, std::string_view pro
 
 namespace {
 
+// Maps a view's pages in one call instead of one fault per 4 KiB page during the copy (a hint: ignored where the
+// kernel lacks MADV_POPULATE_READ).
+void prefault(const Tensor& t) {
+#ifdef MADV_POPULATE_READ
+    constexpr uintptr_t kPage = 4096;
+    const auto begin = reinterpret_cast<uintptr_t>(t.rawData()) & ~(kPage - 1);
+    const auto end = reinterpret_cast<uintptr_t>(t.rawData()) + t.nbytes();
+    if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
+#else
+    (void)t;
+#endif
+}
+
 class Loader {
 public:
     Loader(const Checkpoint& checkpoint, ModelWeights& weights) : checkpoint_(checkpoint), weights_(weights) {}
 
     Result<Tensor> view(const std::string& name, const Shape& shape) {
         Result<Tensor> t = checkpoint_.expect(name, DType::kBf16, shape);
-        if (t.isOk()) weights_.checkpoint_bytes += t->nbytes();
+        if (t.isOk()) {
+            weights_.checkpoint_bytes += t->nbytes();
+            prefault(*t);
+        }
         return t;
     }
 
