@@ -10,10 +10,6 @@
 
 namespace afd::attention {
 
-// Computes one layer's block on x [T, H] into out [T, H]; needs the router and all experts of MoE layers.
-void runLocalMlp(const model::ModelConfig& config, const model::MlpLayerWeights& weights, const float* x,
-                 int64_t num_tokens, float* out);
-
 class LocalMlpBackend : public MlpBackend {
 public:
     LocalMlpBackend(const model::ModelConfig& config, const model::ModelWeights& weights);

@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "cli/commands.h"
-#include "cli/exit_codes.h"
+#include "core/exit_codes.h"
 #include "core/logging.h"
 #include "model/model_config.h"
 #include "model/synthetic.h"
@@ -39,7 +39,7 @@ void addGenModelCommand(CLI::App& app, int& exit_code) {
         }
         if (!config.isOk()) {
             AFD_LOG_ERROR("{}", config.status().message());
-            exit_code = kExitBadConfig;
+            exit_code = core::kExitBadConfig;
             return;
         }
         if (options->layers > 0) {
@@ -53,13 +53,13 @@ void addGenModelCommand(CLI::App& app, int& exit_code) {
         const core::Status status = model::writeSyntheticCheckpoint(options->out, *config, synth);
         if (!status.isOk()) {
             AFD_LOG_ERROR("{}", status.message());
-            exit_code = status.code() == core::StatusCode::kInvalidArgument ? kExitBadConfig : kExitFailure;
+            exit_code = status.code() == core::StatusCode::kInvalidArgument ? core::kExitBadConfig : core::kExitFailure;
             return;
         }
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         AFD_LOG_INFO("wrote {} ({} layers, {} experts, hidden {}) in {:.1f} s", options->out,
                      config->num_hidden_layers, config->num_experts, config->hidden_size, seconds);
-        exit_code = kExitOk;
+        exit_code = core::kExitOk;
     });
 }
 

@@ -12,7 +12,7 @@
 #include "attention/local_mlp_backend.h"
 #include "attention/offline.h"
 #include "cli/commands.h"
-#include "cli/exit_codes.h"
+#include "core/exit_codes.h"
 #include "cli/model_loading.h"
 #include "core/logging.h"
 #include "model/weights.h"
@@ -72,7 +72,7 @@ int runGenerate(const GenerateOptions& options) {
         auto ids = parseIds(text);
         if (!ids.isOk()) {
             AFD_LOG_ERROR("{}", ids.status().message());
-            return kExitBadConfig;
+            return core::kExitBadConfig;
         }
         prompts.push_back(std::move(ids).value());
     }
@@ -88,7 +88,7 @@ int runGenerate(const GenerateOptions& options) {
     }
     if (auto status = engine_options.validate(); !status.isOk()) {
         AFD_LOG_ERROR("{}", status.message());
-        return kExitBadConfig;
+        return core::kExitBadConfig;
     }
     auto weights = model::loadWeights(opened->checkpoint, config, model::WeightSelection::everything(config));
     if (!weights.isOk()) {
@@ -103,7 +103,7 @@ int runGenerate(const GenerateOptions& options) {
         return exitCodeFor(results.status());
     }
     printResults(*results, options.json);
-    return kExitOk;
+    return core::kExitOk;
 }
 
 }  // namespace

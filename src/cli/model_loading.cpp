@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "cli/exit_codes.h"
+#include "core/exit_codes.h"
 
 namespace afd::cli {
 
@@ -21,13 +21,13 @@ int exitCodeFor(const core::Status& status) {
     switch (status.code()) {
         case core::StatusCode::kInvalidArgument:
         case core::StatusCode::kUnsupported:
-            return kExitBadConfig;
+            return core::kExitBadConfig;
         case core::StatusCode::kPeerLost:
-            return kExitPeerLost;
+            return core::kExitPeerLost;
         case core::StatusCode::kInternal:
-            return kExitInternal;
+            return core::kExitInternal;
         default:
-            return kExitFailure;
+            return core::kExitFailure;
     }
 }
 
