@@ -79,19 +79,23 @@ ForwardBatch Engine::buildBatch(const ScheduledStep& step) const {
     }
     b.stage_starts = {0};
     const int64_t T = b.numTokens();
-    if (options_.dual_batch_overlap && T >= options_.dbo_min_tokens) {
-        // Split at the chunk boundary closest to half the tokens; a single chunk splits inside itself
-        // (its second half attends to KV the first half wrote earlier in the same layer).
-        int64_t best = T / 2;
-        int64_t best_distance = T;
-        for (int64_t start : chunk_starts) {
-            if (start > 0 && std::llabs(start - T / 2) < best_distance) {
-                best = start;
-                best_distance = std::llabs(start - T / 2);
+    if (options_.dual_batch_overlap) {
+        // Always two stages, so every attention rank of an AFD deployment sends the same number of stages; a step
+        // too small to split leaves the second stage empty. Split at the chunk boundary closest to half the tokens
+        // when one is near; otherwise inside a chunk (its second half attends to KV the first half wrote earlier in
+        // the same layer).
+        int64_t split = T;
+        if (T >= options_.dbo_min_tokens) {
+            split = T / 2;
+            int64_t best_distance = T;
+            for (int64_t start : chunk_starts) {
+                if (start > 0 && std::llabs(start - T / 2) < best_distance) {
+                    best_distance = std::llabs(start - T / 2);
+                    if (best_distance <= T / 4) split = start;
+                }
             }
         }
-        if (best_distance > T / 4) best = T / 2;
-        b.stage_starts.push_back(best);
+        b.stage_starts.push_back(split);
     }
     return b;
 }

@@ -11,11 +11,16 @@
 #include "attention/engine.h"
 #include "attention/local_mlp_backend.h"
 #include "attention/offline.h"
+#include "attention/remote_mlp_backend.h"
 #include "cli/commands.h"
 #include "core/exit_codes.h"
 #include "cli/model_loading.h"
 #include "core/logging.h"
+#include "model/fingerprint.h"
 #include "model/weights.h"
+#include "transport/afd_config.h"
+#include "transport/afd_wire.h"
+#include "transport/tcp/tcp_connector.h"
 
 namespace afd::cli {
 namespace {
@@ -39,13 +44,17 @@ core::Result<std::vector<int32_t>> parseIds(const std::string& text) {
 
 struct GenerateOptions {
     std::string model;
+    std::optional<std::string> additional_config;
+    std::optional<std::string> afd_config_file;
+    int attention_rank = 0;
     std::vector<std::string> prompt_ids;
     attention::SamplingParams sampling;
     attention::EngineOptions engine;
     bool json = false;
 };
 
-void printResults(const std::vector<attention::GenerationResult>& results, bool json) {
+void printResults(const std::vector<attention::GenerationResult>& results, bool json,
+                  const std::vector<attention::MlpBackend::LayerTiming>& timings, bool afd) {
     if (!json) {
         for (const auto& r : results) std::cout << fmt::format("{}\n", fmt::join(r.new_ids, ","));
         return;
@@ -63,7 +72,86 @@ void printResults(const std::vector<attention::GenerationResult>& results, bool 
         out["results"] = nlohmann::json::array();
         for (const auto& r : results) out["results"].push_back(one(r));
     }
+    if (afd) {
+        nlohmann::json layers = nlohmann::json::array();
+        for (size_t l = 0; l < timings.size(); ++l) {
+            layers.push_back({{"layer", l},
+                              {"transfer_seconds", timings[l].transfer_seconds},
+                              {"compute_seconds", timings[l].compute_seconds}});
+        }
+        out["layer_timings"] = layers;
+    }
     std::cout << out.dump() << "\n";
+}
+
+// One attention rank of an AFD deployment: the MLP/MoE blocks go to the FFN ranks through the connector.
+int runAttentionRank(const GenerateOptions& options, const transport::AfdConfig& afd, const OpenedModel& opened,
+                     const attention::EngineOptions& engine_options, const std::vector<std::vector<int32_t>>& prompts) {
+    const model::ModelConfig& config = opened.config;
+    if (options.attention_rank < 0 || options.attention_rank >= afd.num_attention_ranks) {
+        AFD_LOG_ERROR("--attention-rank {} must be in [0, afd.num_attention_ranks={})", options.attention_rank,
+                      afd.num_attention_ranks);
+        return core::kExitBadConfig;
+    }
+    if (afd.connector != transport::ConnectorKind::kTcp) {
+        AFD_LOG_ERROR("afd.connector {:?}: offline generation runs over the tcp connector",
+                      transport::connectorName(afd.connector));
+        return core::kExitBadConfig;
+    }
+    if (engine_options.scheduler.max_num_batched_tokens > afd.max_num_tokens) {
+        AFD_LOG_ERROR("--max-num-batched-tokens {} exceeds afd.max_num_tokens {} (the most tokens a frame may carry)",
+                      engine_options.scheduler.max_num_batched_tokens, afd.max_num_tokens);
+        return core::kExitBadConfig;
+    }
+    if (afd.compute_gate_on_attention && config.numMoeLayers() == 0) {
+        AFD_LOG_ERROR("m2n (compute_gate_on_attention) needs MoE layers; {} has none", options.model);
+        return core::kExitBadConfig;
+    }
+    if (afd.compute_gate_on_attention && config.num_experts < afd.num_ffn_ranks) {
+        AFD_LOG_ERROR("afd.num_ffn_ranks {} exceeds the model's {} experts", afd.num_ffn_ranks, config.num_experts);
+        return core::kExitBadConfig;
+    }
+    core::setLogTag(fmt::format("attention:{}", options.attention_rank));
+    const transport::Topology topology = afd.topology();
+    auto weights = model::loadWeights(opened.checkpoint, config,
+                                      model::WeightSelection::attentionRole(afd.compute_gate_on_attention));
+    if (!weights.isOk()) {
+        AFD_LOG_ERROR("{}", weights.status().message());
+        return exitCodeFor(weights.status());
+    }
+    auto model_fp = model::modelFingerprint(config, opened.checkpoint);
+    if (!model_fp.isOk()) {
+        AFD_LOG_ERROR("{}", model_fp.status().message());
+        return exitCodeFor(model_fp.status());
+    }
+    transport::tcp::TcpConnectorOptions tcp;
+    tcp.role = transport::Role::kAttention;
+    tcp.rank = options.attention_rank;
+    tcp.num_attention_ranks = afd.num_attention_ranks;
+    tcp.num_ffn_ranks = afd.num_ffn_ranks;
+    tcp.peers = topology.ffnPeersOfAttention(options.attention_rank);
+    tcp.store_host = afd.host;
+    tcp.store_port = afd.port;
+    tcp.fingerprint = *model_fp + " | " + afd.fingerprint();
+    tcp.rendezvous_timeout = std::chrono::seconds(afd.connect_timeout_s);
+    tcp.step_timeout = std::chrono::seconds(afd.step_timeout_s);
+    tcp.max_rows = static_cast<uint32_t>(afd.max_num_tokens);
+    tcp.max_frame_bytes = transport::hiddenSpec(config.hidden_size).rowBytes() * static_cast<size_t>(afd.max_num_tokens);
+    auto connector = transport::tcp::createAttentionConnector(tcp);
+    if (!connector.isOk()) {
+        AFD_LOG_ERROR("{}", connector.status().message());
+        return exitCodeFor(connector.status());
+    }
+    attention::RemoteMlpBackend backend(config, *weights, afd.mode(), topology, **connector);
+    attention::Engine engine(config, *weights, backend, engine_options);
+    auto results = attention::generateOffline(engine, prompts, options.sampling, options.json);
+    (*connector)->close();
+    if (!results.isOk()) {
+        AFD_LOG_ERROR("{}", results.status().message());
+        return exitCodeFor(results.status());
+    }
+    printResults(*results, options.json, backend.layerTimings(), true);
+    return core::kExitOk;
 }
 
 int runGenerate(const GenerateOptions& options) {
@@ -90,20 +178,29 @@ int runGenerate(const GenerateOptions& options) {
         AFD_LOG_ERROR("{}", status.message());
         return core::kExitBadConfig;
     }
-    auto weights = model::loadWeights(opened->checkpoint, config, model::WeightSelection::everything(config));
-    if (!weights.isOk()) {
-        AFD_LOG_ERROR("{}", weights.status().message());
-        return exitCodeFor(weights.status());
+    auto afd = transport::resolveAfdConfig(options.additional_config, options.afd_config_file,
+                                           transport::Role::kAttention);
+    if (!afd.isOk()) {
+        AFD_LOG_ERROR("{}", afd.status().message());
+        return core::kExitBadConfig;
     }
-    attention::LocalMlpBackend backend(config, *weights);
-    attention::Engine engine(config, *weights, backend, engine_options);
-    auto results = attention::generateOffline(engine, prompts, options.sampling, options.json);
-    if (!results.isOk()) {
-        AFD_LOG_ERROR("{}", results.status().message());
-        return exitCodeFor(results.status());
+    if (!*afd) {
+        auto weights = model::loadWeights(opened->checkpoint, config, model::WeightSelection::everything(config));
+        if (!weights.isOk()) {
+            AFD_LOG_ERROR("{}", weights.status().message());
+            return exitCodeFor(weights.status());
+        }
+        attention::LocalMlpBackend backend(config, *weights);
+        attention::Engine engine(config, *weights, backend, engine_options);
+        auto results = attention::generateOffline(engine, prompts, options.sampling, options.json);
+        if (!results.isOk()) {
+            AFD_LOG_ERROR("{}", results.status().message());
+            return exitCodeFor(results.status());
+        }
+        printResults(*results, options.json, {}, false);
+        return core::kExitOk;
     }
-    printResults(*results, options.json);
-    return core::kExitOk;
+    return runAttentionRank(options, **afd, *opened, engine_options, prompts);
 }
 
 }  // namespace
@@ -138,6 +235,11 @@ void addGenerateCommand(CLI::App& app, int& exit_code) {
         ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
     cmd->add_flag("--dbo", options->engine.dual_batch_overlap, "split each step into two stages");
     cmd->add_flag("--json", options->json, "print one JSON object with new_ids and prompt_last_logits");
+    cmd->add_option("--additional-config", options->additional_config,
+                     "JSON with an \"afd\" object: run as one attention rank of an AFD deployment");
+    cmd->add_option("--afd-config", options->afd_config_file, "a file holding the AFD config (instead of the flag)");
+    cmd->add_option("--attention-rank", options->attention_rank, "this process's attention rank (AFD)")
+        ->default_val(0);
     cmd->callback([options, &exit_code] { exit_code = runGenerate(*options); });
 }
 

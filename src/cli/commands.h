@@ -11,5 +11,7 @@ namespace afd::cli {
 // Each function adds one subcommand to `app`; `exit_code` receives the subcommand's exit code.
 void addGenModelCommand(CLI::App& app, int& exit_code);
 void addGenerateCommand(CLI::App& app, int& exit_code);
+void addFfnCommand(CLI::App& app, int& exit_code);
+void addLaunchCommand(CLI::App& app, int& exit_code);
 
 }  // namespace afd::cli

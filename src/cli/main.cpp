@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
     int exit_code = afd::core::kExitOk;
     afd::cli::addGenModelCommand(app, exit_code);
     afd::cli::addGenerateCommand(app, exit_code);
+    afd::cli::addFfnCommand(app, exit_code);
 
     try {
         app.parse(argc, argv);

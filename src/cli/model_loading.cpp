@@ -23,6 +23,7 @@ int exitCodeFor(const core::Status& status) {
         case core::StatusCode::kUnsupported:
             return core::kExitBadConfig;
         case core::StatusCode::kPeerLost:
+        case core::StatusCode::kTimeout:
             return core::kExitPeerLost;
         case core::StatusCode::kInternal:
             return core::kExitInternal;
