@@ -27,9 +27,7 @@ case "$cmd" in
         ;;
     run)
         build afd
-        model_dir="$build_dir/models/tiny"
-        [ -f "$model_dir/config.json" ] || "$build_dir/src/afd" gen-model --preset tiny --out "$model_dir"
-        exec "$build_dir/src/afd" generate --model "$model_dir" --prompt-ids 3,17,99 --max-tokens 16 "$@"
+        exec "$build_dir/src/afd" launch "$@"
         ;;
     *)
         echo "usage: scripts/dev.sh run|test|build" >&2
