@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -233,6 +234,12 @@ core::Result<SafetensorsHeader> parseSafetensorsHeader(const uint8_t* bytes, siz
     }
     const uint8_t* text = bytes + 8;
     const size_t text_size = static_cast<size_t>(header_len);
+    // NOTE: nlohmann's lexer takes a NUL byte for the end of its input and would ignore what follows; JSON never
+    // holds a raw NUL (not even inside a string), so any NUL makes the header invalid.
+    if (const void* nul = std::memchr(text, 0, text_size); nul != nullptr) {
+        return core::corrupt("{}: header is not valid JSON: NUL byte at header offset {}", file_label,
+                             static_cast<const uint8_t*>(nul) - text);
+    }
     if (maxNesting(text, text_size) > kMaxNesting) {
         return core::corrupt("{}: header nests objects or arrays deeper than {} levels", file_label, kMaxNesting);
     }
