@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -202,6 +205,27 @@ TEST(SafetensorsFormat, RejectsMetadataThatIsNotStringToString) {
     expectCorrupt(parse(makeFile(R"({"__metadata__":{"format":"pt","step":3}})", 0)),
                   "__metadata__ key 'step' must map to a string, got non-negative integer 3");
     expectCorrupt(parse(makeFile(R"({"__metadata__":["pt"]})", 0)), "__metadata__ must be an object");
+}
+
+TEST(SafetensorsFormat, ClipsLongNamesInMessages) {
+    const std::string name(5000, 'n');
+    const auto result = parse(makeFile(R"({")" + name + R"(":{"dtype":"X","shape":[],"data_offsets":[0,0]}})", 0));
+    expectCorrupt(result, "tensor '" + std::string(200, 'n') + "…'", "unknown dtype");
+    EXPECT_LT(result.status().message().size(), 400u);
+}
+
+TEST(SafetensorsFormat, FuzzSeedCorpusIsAccepted) {
+    // The seeds start the fuzzer from valid files; a seed the parser rejects would only explore error paths.
+    const std::filesystem::path dir = std::filesystem::path(AFD_TEST_DATA) / "../../fuzz/corpus/safetensors";
+    size_t seeds = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+        std::ifstream in(entry.path(), std::ios::binary);
+        const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        const auto result = parseSafetensorsHeader(bytes.data(), bytes.size(), entry.path().filename().string());
+        EXPECT_TRUE(result.isOk()) << result.status().toString();
+        ++seeds;
+    }
+    EXPECT_GE(seeds, 3u);
 }
 
 }  // namespace
