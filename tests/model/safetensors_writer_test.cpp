@@ -232,6 +232,10 @@ TEST(SafetensorsWriter, RejectsBadShapesAndOptions) {
     const core::Status huge =
         writeCheckpoint(tmp.path(), {{"t", core::DType::kF32, {int64_t{1} << 40, int64_t{1} << 30}}}, {}, fillPattern);
     EXPECT_THAT(huge.message(), HasSubstr("needs more than 2^63 bytes"));
+    // Empty, but the reader would refuse the element count of its other dimensions.
+    const core::Status empty_huge =
+        writeCheckpoint(tmp.path(), {{"t", core::DType::kU8, {0, int64_t{1} << 62, 4}}}, {}, fillPattern);
+    EXPECT_THAT(empty_huge.message(), HasSubstr("needs more than 2^63 bytes"));
     CheckpointWriteOptions zero;
     zero.max_shard_bytes = 0;
     EXPECT_EQ(writeCheckpoint(tmp.path(), {{"t", core::DType::kF32, {4}}}, zero, fillPattern).code(),
