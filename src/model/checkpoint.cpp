@@ -76,55 +76,88 @@ core::Result<std::map<std::string, std::string>> readIndex(const std::string& in
     return result;
 }
 
-}  // namespace
+// Which files make up the checkpoint at `path`.
+struct Layout {
+    std::string dir;                           // empty when `path` is one file
+    std::string index_path;                    // empty when unsharded
+    std::map<std::string, std::string> index;  // tensor name → shard file name
+    std::set<std::string> shard_paths;
+};
 
-core::Result<Checkpoint> Checkpoint::open(const std::string& path) {
+core::Result<Layout> resolveLayout(const std::string& path) {
     AFD_ASSIGN_OR_RETURN(const PathKind kind, pathKind(path));
     if (kind == PathKind::kMissing) return core::notFound("checkpoint {} does not exist", path);
     if (kind == PathKind::kOther) {
         return core::invalidArgument("checkpoint {} is neither a directory nor a regular file", path);
     }
-
-    std::string dir;                           // empty when `path` is one file
-    std::string index_path;                    // empty when unsharded
-    std::map<std::string, std::string> index;  // tensor name → shard file name
-    std::set<std::string> shard_names;         // relative to `dir`
+    Layout layout;
     if (kind == PathKind::kFile) {
-        shard_names.insert(path);
-    } else {
-        dir = path;
-        const std::string candidate = fmt::format("{}/{}", dir, kIndexName);
-        AFD_ASSIGN_OR_RETURN(const PathKind index_kind, pathKind(candidate));
-        if (index_kind == PathKind::kFile) {
-            index_path = candidate;
-            AFD_ASSIGN_OR_RETURN(index, readIndex(index_path));
-            for (const auto& [name, shard] : index) shard_names.insert(shard);
-        } else {
-            const std::string single = fmt::format("{}/{}", dir, kSingleName);
-            AFD_ASSIGN_OR_RETURN(const PathKind single_kind, pathKind(single));
-            if (single_kind != PathKind::kFile) {
-                return core::notFound("checkpoint directory {} holds neither {} nor {}", dir, kIndexName, kSingleName);
+        layout.shard_paths.insert(path);
+        return layout;
+    }
+    layout.dir = path;
+    const std::string index_path = fmt::format("{}/{}", path, kIndexName);
+    AFD_ASSIGN_OR_RETURN(const PathKind index_kind, pathKind(index_path));
+    if (index_kind == PathKind::kFile) {
+        layout.index_path = index_path;
+        AFD_ASSIGN_OR_RETURN(layout.index, readIndex(index_path));
+        for (const auto& [name, shard] : layout.index) {
+            const std::string shard_path = fmt::format("{}/{}", path, shard);
+            if (layout.shard_paths.contains(shard_path)) continue;
+            AFD_ASSIGN_OR_RETURN(const PathKind shard_kind, pathKind(shard_path));
+            if (shard_kind == PathKind::kMissing) {
+                return core::notFound("{}: shard '{}' (holding tensor '{}') does not exist", index_path, shard, name);
             }
-            shard_names.insert(std::string(kSingleName));
+            layout.shard_paths.insert(shard_path);
+        }
+        return layout;
+    }
+    const std::string single = fmt::format("{}/{}", path, kSingleName);
+    AFD_ASSIGN_OR_RETURN(const PathKind single_kind, pathKind(single));
+    if (single_kind != PathKind::kFile) {
+        return core::notFound("checkpoint directory {} holds neither {} nor {}", path, kIndexName, kSingleName);
+    }
+    layout.shard_paths.insert(single);
+    return layout;
+}
+
+// The index and the shards' headers must agree exactly, so that no tensor is silently taken from the wrong file.
+core::Status checkIndex(const Layout& layout, const std::map<std::string, TensorInfo, std::less<>>& infos) {
+    for (const auto& [name, info] : infos) {
+        const auto listed = layout.index.find(name);
+        if (listed == layout.index.end()) {
+            return core::corrupt("{}: tensor '{}' is not listed in {}", info.file, name, layout.index_path);
+        }
+        if (fmt::format("{}/{}", layout.dir, listed->second) != info.file) {
+            return core::corrupt("{}: tensor '{}' is stored here but {} puts it in '{}'", info.file, name,
+                                 layout.index_path, listed->second);
         }
     }
+    for (const auto& [name, shard] : layout.index) {
+        if (!infos.contains(name)) {
+            return core::corrupt("{}: tensor '{}' is listed in shard '{}', which does not contain it",
+                                 layout.index_path, name, shard);
+        }
+    }
+    return core::Status::ok();
+}
 
+}  // namespace
+
+core::Result<Checkpoint> Checkpoint::open(const std::string& path) {
+    AFD_ASSIGN_OR_RETURN(const Layout layout, resolveLayout(path));
     Checkpoint checkpoint;
     checkpoint.path_ = path;
-    std::vector<std::pair<std::string, SafetensorsHeader>> headers;  // shard file name, its header
-    for (const std::string& shard_name : shard_names) {
-        const std::string shard_path = dir.empty() ? shard_name : fmt::format("{}/{}", dir, shard_name);
-        AFD_ASSIGN_OR_RETURN(const PathKind shard_kind, pathKind(shard_path));
-        if (shard_kind == PathKind::kMissing) {
-            return core::notFound("{}: shard '{}' does not exist ({})", index_path, shard_name, shard_path);
-        }
+    std::vector<SafetensorsHeader> headers;
+    for (const std::string& shard_path : layout.shard_paths) {
         AFD_ASSIGN_OR_RETURN(std::shared_ptr<core::MappedFile> file, core::MappedFile::open(shard_path));
         AFD_ASSIGN_OR_RETURN(SafetensorsHeader header, parseSafetensorsHeader(file->data(), file->size(), shard_path));
         checkpoint.file_bytes_ += file->size();
         checkpoint.shards_.emplace(shard_path, Shard{std::move(file), header.data_offset});
-        headers.emplace_back(shard_name, std::move(header));
+        headers.push_back(std::move(header));
     }
-    for (auto& [shard_name, header] : headers) {
+    // NOTE: every TensorInfo::file is its shard's path (the label given to the parser), a key of shards_.
+    for (SafetensorsHeader& header : headers) {
         for (TensorInfo& info : header.tensors) {
             const auto previous = checkpoint.infos_.find(info.name);
             if (previous != checkpoint.infos_.end()) {
@@ -135,24 +168,7 @@ core::Result<Checkpoint> Checkpoint::open(const std::string& path) {
             checkpoint.infos_.emplace(std::move(name), std::move(info));
         }
     }
-    if (!index_path.empty()) {
-        for (const auto& [name, info] : checkpoint.infos_) {
-            const auto listed = index.find(name);
-            if (listed == index.end()) {
-                return core::corrupt("{}: tensor '{}' is not listed in {}", info.file, name, index_path);
-            }
-            if (fmt::format("{}/{}", dir, listed->second) != info.file) {
-                return core::corrupt("{}: tensor '{}' is stored here but {} puts it in '{}'", info.file, name,
-                                     index_path, listed->second);
-            }
-        }
-        for (const auto& [name, shard] : index) {
-            if (!checkpoint.infos_.contains(name)) {
-                return core::corrupt("{}: tensor '{}' is listed in shard '{}', which does not contain it", index_path,
-                                     name, shard);
-            }
-        }
-    }
+    if (!layout.index_path.empty()) AFD_RETURN_IF_ERROR(checkIndex(layout, checkpoint.infos_));
     AFD_LOG_DEBUG("checkpoint {}: {} tensors in {} shard(s), {} bytes", path, checkpoint.infos_.size(),
                   checkpoint.shards_.size(), checkpoint.file_bytes_);
     return checkpoint;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -17,7 +18,7 @@ using Json = nlohmann::json;
 // before the JSON parser builds it, so that a hostile "[[[[…" cannot cost memory proportional to its depth.
 constexpr int kMaxNesting = 16;
 constexpr uint64_t kMaxInt63 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-constexpr size_t kMaxShownJson = 64;
+constexpr size_t kMaxShownText = 200;
 
 uint64_t readU64Le(const uint8_t* bytes) {
     uint64_t value = 0;
@@ -50,12 +51,16 @@ int maxNesting(const uint8_t* text, size_t size) {
     return deepest;
 }
 
-// Shows a JSON value in an error message, shortened so that a hostile header cannot make the message huge.
-std::string shown(const Json& value) {
-    std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
-    if (text.size() > kMaxShownJson) text = text.substr(0, kMaxShownJson) + "…";
-    return text;
+// Shortens text quoted from a header in an error message (at a UTF-8 character boundary), so that a hostile header
+// cannot make the message huge.
+std::string clipped(std::string_view text, size_t limit = kMaxShownText) {
+    if (text.size() <= limit) return std::string(text);
+    size_t end = limit;
+    while (end > 0 && (static_cast<uint8_t>(text[end]) & 0xC0) == 0x80) --end;
+    return fmt::format("{}…", text.substr(0, end));
 }
+
+std::string shown(const Json& value) { return clipped(value.dump(-1, ' ', false, Json::error_handler_t::replace)); }
 
 std::string_view typeName(const Json& value) {
     if (value.is_number_unsigned()) return "non-negative integer";
@@ -108,7 +113,7 @@ public:
         }
         for (const auto& [key, item] : value.items()) {
             if (!item.is_string()) {
-                return core::corrupt("{}: __metadata__ key '{}' must map to a string, got {} {}", label_, key,
+                return core::corrupt("{}: __metadata__ key '{}' must map to a string, got {} {}", label_, clipped(key),
                                      typeName(item), shown(item));
             }
             out->emplace(key, item.get<std::string>());
@@ -123,7 +128,7 @@ public:
         }
         for (const auto& [key, item] : entry.items()) {
             if (key != "dtype" && key != "shape" && key != "data_offsets") {
-                return error(name, fmt::format("unknown key '{}' (allowed: dtype, shape, data_offsets)", key));
+                return error(name, fmt::format("unknown key '{}' (allowed: dtype, shape, data_offsets)", clipped(key)));
             }
         }
         for (const char* key : {"dtype", "shape", "data_offsets"}) {
@@ -194,9 +199,9 @@ public:
         for (const TensorInfo& info : tensors) {
             if (info.nbytes() == 0) continue;
             if (previous != nullptr && info.data_begin < previous->data_end) {
-                return error(info.name,
-                             fmt::format("data_offsets [{}, {}] overlap those of tensor '{}' [{}, {}]", info.data_begin,
-                                         info.data_end, previous->name, previous->data_begin, previous->data_end));
+                return error(info.name, fmt::format("data_offsets [{}, {}] overlap those of tensor '{}' [{}, {}]",
+                                                    info.data_begin, info.data_end, clipped(previous->name),
+                                                    previous->data_begin, previous->data_end));
             }
             previous = &info;
         }
@@ -205,7 +210,7 @@ public:
 
 private:
     core::Status error(std::string_view tensor, std::string_view rule) const {
-        return core::corrupt("{}: tensor '{}': {}", label_, tensor, rule);
+        return core::corrupt("{}: tensor '{}': {}", label_, clipped(tensor), rule);
     }
 
     std::string_view label_;
@@ -233,6 +238,12 @@ core::Result<SafetensorsHeader> parseSafetensorsHeader(const uint8_t* bytes, siz
     }
     const uint8_t* text = bytes + 8;
     const size_t text_size = static_cast<size_t>(header_len);
+    // NOTE: nlohmann's lexer takes a NUL byte for the end of its input and would ignore what follows; JSON never
+    // holds a raw NUL (not even inside a string), so any NUL makes the header invalid.
+    if (const void* nul = std::memchr(text, 0, text_size); nul != nullptr) {
+        return core::corrupt("{}: header is not valid JSON: NUL byte at header offset {}", file_label,
+                             static_cast<const uint8_t*>(nul) - text);
+    }
     if (maxNesting(text, text_size) > kMaxNesting) {
         return core::corrupt("{}: header nests objects or arrays deeper than {} levels", file_label, kMaxNesting);
     }
@@ -246,10 +257,11 @@ core::Result<SafetensorsHeader> parseSafetensorsHeader(const uint8_t* bytes, siz
     }
     if (duplicate) {
         if (duplicate->entry.empty()) {
-            return core::corrupt("{}: tensor '{}' appears more than once in the header", file_label, duplicate->key);
+            return core::corrupt("{}: tensor '{}' appears more than once in the header", file_label,
+                                 clipped(duplicate->key));
         }
-        return core::corrupt("{}: tensor '{}': key '{}' appears more than once", file_label, duplicate->entry,
-                             duplicate->key);
+        return core::corrupt("{}: tensor '{}': key '{}' appears more than once", file_label, clipped(duplicate->entry),
+                             clipped(duplicate->key));
     }
     if (!root.is_object()) {
         return core::corrupt("{}: header must be a JSON object, got {}", file_label, root.type_name());

@@ -57,17 +57,23 @@ core::Result<std::vector<uint64_t>> validatePlans(const std::vector<TensorPlan>&
         if (!names.insert(plan.name).second) {
             return core::invalidArgument("tensor '{}' is planned more than once (again at plan #{})", plan.name, i);
         }
-        uint64_t bytes = core::dtypeSize(plan.dtype);
+        // As the reader counts: the product of the non-zero dimensions times the element size fits in 63 bits.
+        uint64_t nonzero_bytes = core::dtypeSize(plan.dtype);
+        bool has_zero = false;
         for (int64_t d : plan.shape) {
             if (d < 0) {
                 return core::invalidArgument("tensor '{}': shape {} has a negative dimension", plan.name,
                                              core::shapeToString(plan.shape));
             }
-            if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes) || bytes > kMaxInt63) {
+            if (d == 0) {
+                has_zero = true;
+            } else if (__builtin_mul_overflow(nonzero_bytes, static_cast<uint64_t>(d), &nonzero_bytes) ||
+                       nonzero_bytes > kMaxInt63) {
                 return core::invalidArgument("tensor '{}': shape {} of {} needs more than 2^63 bytes", plan.name,
                                              core::shapeToString(plan.shape), core::dtypeName(plan.dtype));
             }
         }
+        const uint64_t bytes = has_zero ? 0 : nonzero_bytes;
         if (__builtin_add_overflow(total, bytes, &total) || total > kMaxInt63) {
             return core::invalidArgument("the plans add up to more than 2^63 bytes (at tensor '{}')", plan.name);
         }
