@@ -9,7 +9,8 @@ namespace afd::transport::tcp {
 
 TcpAttentionConnector::TcpAttentionConnector(const TcpConnectorOptions& options,
                                              std::vector<std::unique_ptr<TcpLink>> links)
-    : limits_{options.max_rows, options.max_frame_bytes},
+    : rank_(options.rank),
+      limits_{options.max_rows, options.max_frame_bytes},
       step_timeout_(options.step_timeout),
       links_(std::move(links)),
       slots_(links_.size()),
@@ -102,7 +103,8 @@ core::Status TcpAttentionConnector::sendStep(const StepHeader& header) {
     }));
     if (header.flags & kStepShutdown) {
         shut_down_ = true;
-        AFD_LOG_INFO("attention connector: shutdown sent to {} ffn peers at step {}", links_.size(), header.step);
+        AFD_LOG_INFO("attention rank {}: shutdown sent to {} ffn peers at step {}", rank_, links_.size(),
+                     header.step);
     }
     return core::Status::ok();
 }

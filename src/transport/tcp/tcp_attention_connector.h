@@ -59,6 +59,7 @@ private:
     core::Status pump(std::string_view what, Done done);
     core::Status sticky(core::Status status);
 
+    int rank_ = 0;
     FrameLimits limits_;
     std::chrono::milliseconds step_timeout_;
     std::vector<PeerInfo> peers_;
