@@ -78,7 +78,8 @@ public:
         o.max_frame_bytes = kMaxTokens * kRowBytes;
         tcp::TcpConnectorOptions ffn_options = o;
         ffn_options.role = Role::kFfn;
-        auto ffn_future = std::async(std::launch::async, [ffn_options] { return tcp::createFfnConnector(ffn_options); });
+        auto ffn_future =
+            std::async(std::launch::async, [ffn_options] { return tcp::createFfnConnector(ffn_options); });
         o.role = Role::kAttention;
         auto attention = tcp::createAttentionConnector(o);
         AFD_CHECK(attention.isOk(), "{}", attention.status().toString());
@@ -181,14 +182,19 @@ void BM_ConnectorRoundTrip(benchmark::State& state) {
     state.SetBytesProcessed(static_cast<int64_t>(2 * bytes) * state.iterations());
     state.counters["connector_us"] = connector_seconds / n * 1e6;
     state.counters["raw_us"] = raw_seconds / n * 1e6;
-    state.counters["raw_bytes_per_second"] = benchmark::Counter(2.0 * bytes * n / raw_seconds,
-                                                                benchmark::Counter::kDefaults,
-                                                                benchmark::Counter::kIs1024);
+    state.counters["raw_bytes_per_second"] =
+        benchmark::Counter(2.0 * bytes * n / raw_seconds, benchmark::Counter::kDefaults, benchmark::Counter::kIs1024);
     state.counters["overhead"] = connector_seconds / raw_seconds;
     g_rows[tokens] = Row{static_cast<double>(bytes), connector_seconds / n * 1e6, raw_seconds / n * 1e6};
 }
-BENCHMARK(BM_ConnectorRoundTrip)->Arg(1)->Arg(8)->Arg(64)->Arg(256)->Arg(1024)->UseManualTime()->Unit(
-    benchmark::kMicrosecond);
+BENCHMARK(BM_ConnectorRoundTrip)
+    ->Arg(1)
+    ->Arg(8)
+    ->Arg(64)
+    ->Arg(256)
+    ->Arg(1024)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -25,10 +25,10 @@ FramePayload makePayload(const FrameSpec& spec, uint64_t tag, uint32_t rows, uin
     return payload;
 }
 
-std::string checkFrame(const ReceivedFrame& frame, const FrameSpec& spec, uint64_t tag, uint32_t rows,
-                       uint64_t step, uint32_t layer, uint32_t stage, int a, int f) {
-    const std::string where = fmt::format("step {} layer {} stage {} between attention {} and ffn {}", step, layer,
-                                          stage, a, f);
+std::string checkFrame(const ReceivedFrame& frame, const FrameSpec& spec, uint64_t tag, uint32_t rows, uint64_t step,
+                       uint32_t layer, uint32_t stage, int a, int f) {
+    const std::string where =
+        fmt::format("step {} layer {} stage {} between attention {} and ffn {}", step, layer, stage, a, f);
     if (!frame.active) return where + ": frame inactive";
     if (frame.rows != rows) return fmt::format("{}: {} rows, expected {}", where, frame.rows, rows);
     if (frame.segments.size() != spec.segments.size()) {
@@ -36,8 +36,8 @@ std::string checkFrame(const ReceivedFrame& frame, const FrameSpec& spec, uint64
     }
     for (size_t i = 0; i < spec.segments.size(); ++i) {
         const SegmentSpec& s = spec.segments[i];
-        const std::string diff = compareTensor(frame.segments[i], s.dtype, rows, s.cols,
-                                               segmentSeed(tag, i, step, layer, stage, a, f));
+        const std::string diff =
+            compareTensor(frame.segments[i], s.dtype, rows, s.cols, segmentSeed(tag, i, step, layer, stage, a, f));
         if (!diff.empty()) return fmt::format("{}: segment {}: {}", where, i, diff);
     }
     return "";

@@ -24,7 +24,7 @@ struct ExchangePlan {
     FrameSpec a2f;
     FrameSpec f2a;
     uint32_t max_rows = 0;
-    bool full_rows = false;  // every frame has max_rows rows (otherwise random in 0..max_rows, often 0)
+    bool full_rows = false;                 // every frame has max_rows rows (otherwise random in 0..max_rows, often 0)
     bool dispatch_all_stages_first = true;  // DBO order: dispatch every stage of a layer, then combine each
 };
 
@@ -37,9 +37,9 @@ std::string runAttention(AttentionConnector& connector, int rank, const Exchange
 
 // What an FFN rank saw.
 struct FfnLog {
-    std::string error;                     // "" or the first problem found
-    std::vector<uint64_t> steps;           // step ids received
-    std::vector<std::vector<bool>> active; // per step, per peer
+    std::string error;                      // "" or the first problem found
+    std::vector<uint64_t> steps;            // step ids received
+    std::vector<std::vector<bool>> active;  // per step, per peer
     bool all_left = false;
 };
 // Serves steps until every peer has left (or an error).

@@ -72,16 +72,14 @@ TEST(RendezvousStore, MalformedRequestClosesOnlyThatClient) {
     const uint8_t oversized[8] = {0xff, 0xff, 0xff, 0x7f, 1, 0, 1, 0};
     ASSERT_TRUE(sendAll(raw->get(), oversized, sizeof(oversized), deadlineAfter(5s), nullptr, "store").isOk());
     uint8_t byte;
-    EXPECT_EQ(recvAll(raw->get(), &byte, 1, deadlineAfter(5s), nullptr, "store").code(),
-              core::StatusCode::kPeerLost);
+    EXPECT_EQ(recvAll(raw->get(), &byte, 1, deadlineAfter(5s), nullptr, "store").code(), core::StatusCode::kPeerLost);
 
     auto raw2 = connectTcp({"127.0.0.1", port}, deadlineAfter(10s), nullptr, "store");
     ASSERT_TRUE(raw2.isOk());
     // A well-sized request with an unknown op.
     const uint8_t bad_op[13] = {9, 0, 0, 0, 77, 0, 1, 0, 0, 0, 0, 0, 'k'};
     ASSERT_TRUE(sendAll(raw2->get(), bad_op, sizeof(bad_op), deadlineAfter(5s), nullptr, "store").isOk());
-    EXPECT_EQ(recvAll(raw2->get(), &byte, 1, deadlineAfter(5s), nullptr, "store").code(),
-              core::StatusCode::kPeerLost);
+    EXPECT_EQ(recvAll(raw2->get(), &byte, 1, deadlineAfter(5s), nullptr, "store").code(), core::StatusCode::kPeerLost);
 
     ASSERT_TRUE(good->set("still", "served").isOk());
     EXPECT_EQ(good->get("still", 0ms).value(), "served");
@@ -112,9 +110,8 @@ RankRecord record(Role role, int rank, std::string fingerprint = "fp", std::stri
 
 TEST(Rendezvous, AttentionMayStartBeforeTheStore) {
     const int port = testing::pickFreePort();
-    auto attention = runAsync([port] {
-        return Rendezvous::join(options(port, false, 1, 1, 20s), record(Role::kAttention, 0));
-    });
+    auto attention =
+        runAsync([port] { return Rendezvous::join(options(port, false, 1, 1, 20s), record(Role::kAttention, 0)); });
     // Attention is retrying against a store that does not exist yet.
     EXPECT_EQ(attention.wait_for(100ms), std::future_status::timeout);
     auto ffn = Rendezvous::join(options(port, true, 1, 1, 20s), record(Role::kFfn, 0, "fp", "127.0.0.1:4000"));
@@ -129,9 +126,8 @@ TEST(Rendezvous, StoreMayStartBeforeEveryone) {
     const int port = testing::pickFreePort();
     auto ffn0 = runAsync([port] { return Rendezvous::join(options(port, true, 2, 2, 20s), record(Role::kFfn, 0)); });
     auto ffn1 = runAsync([port] { return Rendezvous::join(options(port, false, 2, 2, 20s), record(Role::kFfn, 1)); });
-    auto a0 = runAsync([port] {
-        return Rendezvous::join(options(port, false, 2, 2, 20s), record(Role::kAttention, 0));
-    });
+    auto a0 =
+        runAsync([port] { return Rendezvous::join(options(port, false, 2, 2, 20s), record(Role::kAttention, 0)); });
     auto a1 = Rendezvous::join(options(port, false, 2, 2, 20s), record(Role::kAttention, 1));
     EXPECT_TRUE(a1.isOk()) << a1.status().toString();
     EXPECT_TRUE(a0.get().isOk());
@@ -141,9 +137,9 @@ TEST(Rendezvous, StoreMayStartBeforeEveryone) {
 
 TEST(Rendezvous, TimeoutNamesEveryRankThatNeverRegistered) {
     const int port = testing::pickFreePort();
-    auto a0 = runAsync([port] {
-        return Rendezvous::join(options(port, false, 3, 2, 500ms), record(Role::kAttention, 0));
-    });
+    // Attention rank 0 gives up first, so that it is never left talking to a store that is gone.
+    auto a0 =
+        runAsync([port] { return Rendezvous::join(options(port, false, 3, 2, 300ms), record(Role::kAttention, 0)); });
     auto ffn0 = Rendezvous::join(options(port, true, 3, 2, 500ms), record(Role::kFfn, 0));
     ASSERT_FALSE(ffn0.isOk());
     EXPECT_EQ(ffn0.status().code(), core::StatusCode::kTimeout);
@@ -155,19 +151,20 @@ TEST(Rendezvous, TimeoutNamesEveryRankThatNeverRegistered) {
 
 TEST(Rendezvous, FingerprintMismatchIsFatalOnBothSidesWithBothValues) {
     const int port = testing::pickFreePort();
-    auto attention = runAsync([port] {
-        return Rendezvous::join(options(port, false, 1, 1, 20s), record(Role::kAttention, 0, "model-b"));
-    });
+    auto attention = runAsync(
+        [port] { return Rendezvous::join(options(port, false, 1, 1, 20s), record(Role::kAttention, 0, "model-b")); });
     auto ffn = Rendezvous::join(options(port, true, 1, 1, 20s), record(Role::kFfn, 0, "model-a"));
     auto a = attention.get();
     ASSERT_FALSE(ffn.isOk());
     ASSERT_FALSE(a.isOk());
     EXPECT_EQ(ffn.status().code(), core::StatusCode::kMismatch);
     EXPECT_EQ(a.status().code(), core::StatusCode::kMismatch);
-    EXPECT_THAT(ffn.status().message(),
-                HasSubstr("fingerprint mismatch: attention rank 0 has 'model-b', ffn rank 0 (this rank) has 'model-a'"));
-    EXPECT_THAT(a.status().message(),
-                HasSubstr("fingerprint mismatch: ffn rank 0 has 'model-a', attention rank 0 (this rank) has 'model-b'"));
+    EXPECT_THAT(
+        ffn.status().message(),
+        HasSubstr("fingerprint mismatch: attention rank 0 has 'model-b', ffn rank 0 (this rank) has 'model-a'"));
+    EXPECT_THAT(
+        a.status().message(),
+        HasSubstr("fingerprint mismatch: ffn rank 0 has 'model-a', attention rank 0 (this rank) has 'model-b'"));
 }
 
 TEST(Rendezvous, ProtocolVersionMismatchIsFatalOnBothSidesWithBothValues) {
@@ -194,9 +191,8 @@ TEST(Rendezvous, DuplicateRegistrationNamesTheRank) {
     auto server = StoreServer::start("127.0.0.1", 0);
     ASSERT_TRUE(server.isOk());
     const int port = (*server)->port();
-    auto first = runAsync([port] {
-        return Rendezvous::join(options(port, false, 2, 1, 1s), record(Role::kAttention, 1));
-    });
+    auto first =
+        runAsync([port] { return Rendezvous::join(options(port, false, 2, 1, 1s), record(Role::kAttention, 1)); });
     auto client = connectClient(port);
     // Wait until the first process has registered, then claim the same rank.
     ASSERT_TRUE(client->get("afd/rank/attention/1", 10s).isOk());

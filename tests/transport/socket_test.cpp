@@ -45,7 +45,8 @@ TEST(Socket, ListensOnAnEphemeralPortAndMovesBytes) {
     // More than the socket buffers hold, so both calls have to wait for each other.
     std::vector<uint8_t> out(8 << 20), in(out.size());
     testing::fillBytes(out.data(), out.size(), 7);
-    auto sender = runAsync([&] { return sendAll(conn->get(), out.data(), out.size(), deadlineAfter(20s), nullptr, "s"); });
+    auto sender =
+        runAsync([&] { return sendAll(conn->get(), out.data(), out.size(), deadlineAfter(20s), nullptr, "s"); });
     const core::Status received = recvAll(server->get(), in.data(), in.size(), deadlineAfter(20s), nullptr, "c");
     EXPECT_TRUE(received.isOk()) << received.toString();
     EXPECT_TRUE(sender.get().isOk());
@@ -54,7 +55,9 @@ TEST(Socket, ListensOnAnEphemeralPortAndMovesBytes) {
 
 TEST(Socket, ConnectRetriesUntilTheListenerStarts) {
     const int port = testing::pickFreePort();
-    auto client = runAsync([port] { return connectTcp({"127.0.0.1", port}, deadlineAfter(20s), nullptr, "late server"); });
+    auto client = runAsync([port] {
+        return connectTcp({"127.0.0.1", port}, deadlineAfter(20s), nullptr, "late server");
+    });
     // The client is retrying: it cannot finish before a listener exists.
     EXPECT_EQ(client.wait_for(100ms), std::future_status::timeout);
     core::Result<Listener> listener = listenTcp("127.0.0.1", port);

@@ -26,9 +26,8 @@ Results runAll(Deployment& d, const ExchangePlan& plan, const std::vector<int>& 
     }
     for (size_t a = 0; a < d.attention.size(); ++a) {
         const int steps = steps_per_rank.empty() ? -1 : steps_per_rank[a];
-        attention.push_back(runAsync([&, a, steps] {
-            return runAttention(*d.attention[a], static_cast<int>(a), plan, steps);
-        }));
+        attention.push_back(
+            runAsync([&, a, steps] { return runAttention(*d.attention[a], static_cast<int>(a), plan, steps); }));
     }
     Results r;
     for (auto& f : attention) r.attention.push_back(f.get());

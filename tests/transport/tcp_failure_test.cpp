@@ -28,7 +28,8 @@ tcp::TcpConnectorOptions options(Role role, int rank, int num_attention, int num
 
 TEST(TcpSetup, AttentionMayStartBeforeTheFfnRanks) {
     const int port = pickFreePort();
-    auto attention = runAsync([port] { return tcp::createAttentionConnector(options(Role::kAttention, 0, 1, 1, port, {0})); });
+    auto attention =
+        runAsync([port] { return tcp::createAttentionConnector(options(Role::kAttention, 0, 1, 1, port, {0})); });
     EXPECT_EQ(attention.wait_for(100ms), std::future_status::timeout);  // waiting for a store that is not up yet
     auto ffn = tcp::createFfnConnector(options(Role::kFfn, 0, 1, 1, port, {0}));
     ASSERT_TRUE(ffn.isOk()) << ffn.status().toString();
@@ -136,7 +137,8 @@ TEST(TcpSetup, FfnRejectsUnknownDuplicateAndMismatchedHellosAndKeepsWaiting) {
 Deployment connectOneToMany(int num_attention, int num_ffn, std::chrono::milliseconds step_timeout) {
     const int port = pickFreePort();
     std::vector<tcp::TcpConnectorOptions> all;
-    for (int f = 0; f < num_ffn; ++f) all.push_back(options(Role::kFfn, f, num_attention, num_ffn, port, allRanks(num_attention)));
+    for (int f = 0; f < num_ffn; ++f)
+        all.push_back(options(Role::kFfn, f, num_attention, num_ffn, port, allRanks(num_attention)));
     for (int a = 0; a < num_attention; ++a) {
         all.push_back(options(Role::kAttention, a, num_attention, num_ffn, port, allRanks(num_ffn)));
     }

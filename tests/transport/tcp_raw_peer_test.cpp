@@ -122,8 +122,8 @@ TEST(TcpRawPeer, WrongLayerIsAMismatchNamingPeerAndField) {
 TEST(TcpRawPeer, TooManyRowsIsCorrupt) {
     FfnUnderTest t = startFfn(1, 0);
     startStep(t, 5);
-    const auto frame =
-        encodeDataFrame(FrameKind::kA2f, {5, 4, 0}, kMaxRows + 1, {makeTensor(core::DType::kF32, kMaxRows + 1, kCols, 1)});
+    const auto frame = encodeDataFrame(FrameKind::kA2f, {5, 4, 0}, kMaxRows + 1,
+                                       {makeTensor(core::DType::kF32, kMaxRows + 1, kCols, 1)});
     ASSERT_TRUE(t.raw.sendBytes(frame.data(), frame.size()).isOk());
     const core::Status s = receiveLayer4(t);
     EXPECT_EQ(s.code(), core::StatusCode::kCorrupt);
@@ -239,8 +239,8 @@ TEST(TcpRawPeer, AttentionDrainsRepliesWhileItWritesSoAPeerThatWritesFirstCannot
             auto a2f = recvRawFrame(fd, 30s);
             if (!a2f.isOk()) return "a2f: " + a2f.status().toString();
             if (a2f->header.stage != stage || a2f->header.rows != kRows) return "a2f: wrong frame";
-            const auto reply =
-                encodeDataFrame(FrameKind::kF2a, {0, 3, stage}, kRows, {makeTensor(core::DType::kF32, kRows, kHidden, 50 + stage)});
+            const auto reply = encodeDataFrame(FrameKind::kF2a, {0, 3, stage}, kRows,
+                                               {makeTensor(core::DType::kF32, kRows, kHidden, 50 + stage)});
             if (core::Status s = sendRaw(fd, reply, 30s); !s.isOk()) return "f2a: " + s.toString();
         }
         return "";
@@ -269,9 +269,9 @@ TEST(TcpRawPeer, ReplyForAnotherLayerIsAMismatchNamingTheFfnPeer) {
     const int fd = t.raw.fds[0].get();
     ASSERT_TRUE(recvRawFrame(fd, 10s).isOk());  // step
     ASSERT_TRUE(recvRawFrame(fd, 10s).isOk());  // a2f
-    ASSERT_TRUE(sendRaw(fd, encodeDataFrame(FrameKind::kF2a, {1, 9, 0}, 2, {makeTensor(core::DType::kF32, 2, kCols, 4)}),
-                        10s)
-                    .isOk());
+    ASSERT_TRUE(
+        sendRaw(fd, encodeDataFrame(FrameKind::kF2a, {1, 9, 0}, 2, {makeTensor(core::DType::kF32, 2, kCols, 4)}), 10s)
+            .isOk());
     const core::Status s = t.attention->combine({1, 4, 0}, kSpec).status();
     EXPECT_EQ(s.code(), core::StatusCode::kMismatch);
     EXPECT_THAT(s.message(), AllOf(StartsWith("ffn rank 0 (127.0.0.1:"),
@@ -282,9 +282,9 @@ TEST(TcpRawPeer, ReplyForAnotherLayerIsAMismatchNamingTheFfnPeer) {
 TEST(TcpRawPeer, FrameNobodyAskedForIsReportedAtOnce) {
     AttentionUnderTest t = startAttention(kMaxRows, kMaxRows * kSpec.rowBytes(), 0);
     const int fd = t.raw.fds[0].get();
-    ASSERT_TRUE(sendRaw(fd, encodeDataFrame(FrameKind::kF2a, {0, 0, 0}, 1, {makeTensor(core::DType::kF32, 1, kCols, 4)}),
-                        10s)
-                    .isOk());
+    ASSERT_TRUE(
+        sendRaw(fd, encodeDataFrame(FrameKind::kF2a, {0, 0, 0}, 1, {makeTensor(core::DType::kF32, 1, kCols, 4)}), 10s)
+            .isOk());
     const core::Status s = t.attention->sendStep(stepHeader(0));
     EXPECT_EQ(s.code(), core::StatusCode::kCorrupt);
     EXPECT_THAT(s.message(), HasSubstr("unexpected f2a frame (step 0 layer 0 stage 0) while no frame was due"));
@@ -298,9 +298,9 @@ TEST(TcpRawPeer, ReplyWithTheWrongSegmentsFailsTheCombine) {
     const int fd = t.raw.fds[0].get();
     ASSERT_TRUE(recvRawFrame(fd, 10s).isOk());
     ASSERT_TRUE(recvRawFrame(fd, 10s).isOk());
-    ASSERT_TRUE(sendRaw(fd, encodeDataFrame(FrameKind::kF2a, {1, 4, 0}, 2, {makeTensor(core::DType::kF32, 2, 4, 4)}),
-                        10s)
-                    .isOk());
+    ASSERT_TRUE(
+        sendRaw(fd, encodeDataFrame(FrameKind::kF2a, {1, 4, 0}, 2, {makeTensor(core::DType::kF32, 2, 4, 4)}), 10s)
+            .isOk());
     const core::Status s = t.attention->combine({1, 4, 0}, kSpec).status();
     EXPECT_EQ(s.code(), core::StatusCode::kMismatch);
     EXPECT_THAT(s.message(), HasSubstr("segment 0 has 4 cols, expected 8"));

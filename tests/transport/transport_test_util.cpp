@@ -64,8 +64,8 @@ core::Tensor makeTensor(core::DType dtype, int64_t rows, int64_t cols, uint64_t 
 
 std::string compareTensor(const core::Tensor& t, core::DType dtype, int64_t rows, int64_t cols, uint64_t seed) {
     if (t.dtype() != dtype || t.shape() != core::Shape{rows, cols}) {
-        return fmt::format("got {} {}, expected {} [{}, {}]", core::dtypeName(t.dtype()), core::shapeToString(t.shape()),
-                           core::dtypeName(dtype), rows, cols);
+        return fmt::format("got {} {}, expected {} [{}, {}]", core::dtypeName(t.dtype()),
+                           core::shapeToString(t.shape()), core::dtypeName(dtype), rows, cols);
     }
     const core::Tensor want = makeTensor(dtype, rows, cols, seed);
     if (want.nbytes() == 0) return "";
@@ -135,8 +135,8 @@ core::Result<RawAttentionPeer> connectRawAttention(const tcp::TcpConnectorOption
     r.num_ffn_ranks = o.num_ffn_ranks;
     r.timeout = o.rendezvous_timeout;
     RawAttentionPeer peer;
-    AFD_ASSIGN_OR_RETURN(peer.rendezvous,
-                         Rendezvous::join(r, RankRecord{Role::kAttention, o.rank, kProtocolVersion, o.fingerprint, ""}));
+    AFD_ASSIGN_OR_RETURN(peer.rendezvous, Rendezvous::join(r, RankRecord{Role::kAttention, o.rank, kProtocolVersion,
+                                                                         o.fingerprint, ""}));
     const RankRecord& record = peer.rendezvous->ranks(Role::kFfn)[static_cast<size_t>(ffn_rank)];
     AFD_ASSIGN_OR_RETURN(HostPort endpoint, parseHostPort(record.endpoint));
     AFD_ASSIGN_OR_RETURN(peer.fd, tcp::connectAndHello(endpoint, PeerInfo{Role::kFfn, ffn_rank, record.endpoint},
@@ -150,8 +150,11 @@ core::Result<RawFfnPeer> acceptRawFfn(const tcp::TcpConnectorOptions& o, int soc
     if (!listener.valid()) return core::ioError("socket(): {}", errnoText(errno));
     if (socket_buffer_bytes > 0) {
         // Set on the listener so that accepted sockets start (and stay) this small.
-        ::setsockopt(listener.get(), SOL_SOCKET, SO_RCVBUF, &socket_buffer_bytes, sizeof(socket_buffer_bytes));
-        ::setsockopt(listener.get(), SOL_SOCKET, SO_SNDBUF, &socket_buffer_bytes, sizeof(socket_buffer_bytes));
+        const socklen_t size = sizeof(socket_buffer_bytes);
+        if (::setsockopt(listener.get(), SOL_SOCKET, SO_RCVBUF, &socket_buffer_bytes, size) != 0 ||
+            ::setsockopt(listener.get(), SOL_SOCKET, SO_SNDBUF, &socket_buffer_bytes, size) != 0) {
+            return core::ioError("raw ffn listener: setsockopt(SO_RCVBUF/SO_SNDBUF): {}", errnoText(errno));
+        }
     }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;

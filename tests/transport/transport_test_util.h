@@ -62,8 +62,7 @@ struct RawAttentionPeer {
     core::UniqueFd fd;
     core::Status sendBytes(const void* data, size_t size) const;
 };
-core::Result<RawAttentionPeer> connectRawAttention(const tcp::TcpConnectorOptions& attention_options,
-                                                   int ffn_rank);
+core::Result<RawAttentionPeer> connectRawAttention(const tcp::TcpConnectorOptions& attention_options, int ffn_rank);
 
 // FFN rank 0 of a one-FFN deployment played by hand: hosts the store, listens with socket buffers of
 // `socket_buffer_bytes` (0: the kernel's defaults), completes the hello of every attention rank, and then

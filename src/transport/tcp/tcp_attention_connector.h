@@ -66,7 +66,7 @@ private:
     std::vector<std::unique_ptr<TcpLink>> links_;
     std::vector<TcpLink*> link_ptrs_;
     std::vector<std::array<Slot, kMaxStages>> slots_;  // [peer][stage]
-    std::vector<Owed> owed_;                            // [peer]
+    std::vector<Owed> owed_;                           // [peer]
     std::array<StageState, kMaxStages> stages_{};
     std::array<std::vector<ReceivedFrame>, kMaxStages> results_;
     PollSet poll_set_;

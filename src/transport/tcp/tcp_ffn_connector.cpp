@@ -69,8 +69,8 @@ bool TcpFfnConnector::noneSending() const {
 core::Status TcpFfnConnector::pump(Deadline deadline, std::string_view what, bool (TcpFfnConnector::*done)() const) {
     // NOTE: watch_idle off: an idle link may hold the peer's next frame, which belongs to a later call.
     return sticky(pumpLinks(
-        link_ptrs_, deadline, cancel_.get(), /*watch_idle=*/false, what, poll_set_, [this, done] { return (this->*done)(); },
-        [](size_t) { return core::Status::ok(); }));
+        link_ptrs_, deadline, cancel_.get(), /*watch_idle=*/false, what, poll_set_,
+        [this, done] { return (this->*done)(); }, [](size_t) { return core::Status::ok(); }));
 }
 
 core::Result<StepInfo> TcpFfnConnector::receiveStep() {
@@ -135,8 +135,7 @@ core::Result<StepInfo> TcpFfnConnector::receiveStep() {
     return info;
 }
 
-core::Result<std::span<const ReceivedFrame>> TcpFfnConnector::receive(const FrameKey& key,
-                                                                      const FrameSpec& expected) {
+core::Result<std::span<const ReceivedFrame>> TcpFfnConnector::receive(const FrameKey& key, const FrameSpec& expected) {
     AFD_RETURN_IF_ERROR(usable());
     if (key.stage >= kMaxStages) {
         return core::invalidArgument("receive for layer {} stage {}: stages are 0..{}", key.layer, key.stage,
