@@ -92,12 +92,18 @@ std::vector<uint8_t> encodeBytesFrame(FrameKind kind, std::span<const uint8_t> p
 
 std::string_view frameKindName(FrameKind kind) {
     switch (kind) {
-        case FrameKind::kStep: return "step";
-        case FrameKind::kA2f: return "a2f";
-        case FrameKind::kF2a: return "f2a";
-        case FrameKind::kHello: return "hello";
-        case FrameKind::kHelloAck: return "hello_ack";
-        case FrameKind::kError: return "error";
+        case FrameKind::kStep:
+            return "step";
+        case FrameKind::kA2f:
+            return "a2f";
+        case FrameKind::kF2a:
+            return "f2a";
+        case FrameKind::kHello:
+            return "hello";
+        case FrameKind::kHelloAck:
+            return "hello_ack";
+        case FrameKind::kError:
+            return "error";
     }
     return "unknown";
 }
@@ -270,8 +276,8 @@ core::Result<FrameHeader> decodeHeader(std::span<const uint8_t, kFrameHeaderByte
                 return core::corrupt("{}: step {} header has {} tokens in unused stage {}", peer, h.step, tokens, i);
             }
             if (tokens > limits.max_rows) {
-                return core::corrupt("{}: step {} header with {} tokens in stage {}, at most {}", peer, h.step,
-                                     tokens, i, limits.max_rows);
+                return core::corrupt("{}: step {} header with {} tokens in stage {}, at most {}", peer, h.step, tokens,
+                                     i, limits.max_rows);
             }
         }
         if (h.payload_bytes != 0) {
@@ -290,15 +296,15 @@ core::Result<FrameHeader> decodeHeader(std::span<const uint8_t, kFrameHeaderByte
     return h;
 }
 
-core::Status checkDataFrameKey(const FrameHeader& header, FrameKind kind, const FrameKey& key,
-                               std::string_view peer) {
+core::Status checkDataFrameKey(const FrameHeader& header, FrameKind kind, const FrameKey& key, std::string_view peer) {
     const std::string_view got = frameKindName(header.kind);
     const std::string_view want = frameKindName(kind);
     if (header.kind != kind) {
         if (isDataKind(header.kind)) {
-            return core::mismatch("{}: {} frame for layer {} stage {}, expected an {} frame for step {} layer {} "
-                                  "stage {}",
-                                  peer, got, header.layer, header.stage, want, key.step, key.layer, key.stage);
+            return core::mismatch(
+                "{}: {} frame for layer {} stage {}, expected an {} frame for step {} layer {} "
+                "stage {}",
+                peer, got, header.layer, header.stage, want, key.step, key.layer, key.stage);
         }
         return core::mismatch("{}: {} frame, expected an {} frame for step {} layer {} stage {}", peer, got, want,
                               key.step, key.layer, key.stage);
@@ -343,17 +349,19 @@ core::Result<SegmentLayout> decodeSegments(const FrameHeader& header, std::span<
         // factor is bounded by the payload before multiplying.
         const uint64_t row_bytes = static_cast<uint64_t>(cols) * core::dtypeSize(*dtype);
         if (header.rows != 0 && row_bytes > header.payload_bytes / header.rows) {
-            return core::corrupt("{}: {} frame for layer {} stage {}: segment {} of [{}, {}] {} exceeds the "
-                                 "frame's {} payload bytes",
-                                 peer, kind_name, header.layer, header.stage, i, header.rows, cols,
-                                 core::dtypeName(*dtype), header.payload_bytes);
+            return core::corrupt(
+                "{}: {} frame for layer {} stage {}: segment {} of [{}, {}] {} exceeds the "
+                "frame's {} payload bytes",
+                peer, kind_name, header.layer, header.stage, i, header.rows, cols, core::dtypeName(*dtype),
+                header.payload_bytes);
         }
         const uint64_t bytes = row_bytes * header.rows;
         total += bytes;
         if (total > header.payload_bytes) {
-            return core::corrupt("{}: {} frame for layer {} stage {}: segments add up to more than the frame's {} "
-                                 "payload bytes",
-                                 peer, kind_name, header.layer, header.stage, header.payload_bytes);
+            return core::corrupt(
+                "{}: {} frame for layer {} stage {}: segments add up to more than the frame's {} "
+                "payload bytes",
+                peer, kind_name, header.layer, header.stage, header.payload_bytes);
         }
         layout.segments[i] = {*dtype, cols};
         layout.offsets[i] = offset;
@@ -378,8 +386,8 @@ core::Status checkSegments(const FrameHeader& header, const SegmentLayout& layou
         const SegmentSpec& got = layout.segments[i];
         const SegmentSpec& want = spec.segments[i];
         if (got.dtype != want.dtype) {
-            return core::mismatch("{}: {} frame for layer {} stage {}: segment {} is {}, expected {}", peer,
-                                  kind_name, header.layer, header.stage, i, core::dtypeName(got.dtype),
+            return core::mismatch("{}: {} frame for layer {} stage {}: segment {} is {}, expected {}", peer, kind_name,
+                                  header.layer, header.stage, i, core::dtypeName(got.dtype),
                                   core::dtypeName(want.dtype));
         }
         if (got.cols != want.cols) {

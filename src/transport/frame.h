@@ -75,8 +75,8 @@ struct FrameKey {
 // One step's control message, sent by an attention rank to each of its FFN peers.
 struct StepHeader {
     uint64_t step = 0;
-    uint32_t flags = 0;       // StepFlag bits
-    uint32_t num_stages = 1;  // 1..kMaxStages
+    uint32_t flags = 0;                               // StepFlag bits
+    uint32_t num_stages = 1;                          // 1..kMaxStages
     std::array<uint32_t, kMaxStages> stage_tokens{};  // tokens of stage i for i < num_stages, 0 beyond
 };
 

@@ -71,8 +71,8 @@ core::Status comparePeers(const RankRecord& self, const std::vector<RankRecord>&
             problems.push_back(fmt::format("protocol version mismatch: {} speaks version {}, {} speaks version {}",
                                            them, peer.protocol_version, me, self.protocol_version));
         } else if (peer.fingerprint != self.fingerprint) {
-            problems.push_back(fmt::format("fingerprint mismatch: {} has '{}', {} has '{}'", them, peer.fingerprint,
-                                           me, self.fingerprint));
+            problems.push_back(fmt::format("fingerprint mismatch: {} has '{}', {} has '{}'", them, peer.fingerprint, me,
+                                           self.fingerprint));
         }
     }
     if (problems.empty()) return core::Status::ok();
@@ -95,8 +95,8 @@ core::Result<std::unique_ptr<Rendezvous>> Rendezvous::join(const RendezvousOptio
         AFD_ASSIGN_OR_RETURN(rv->server_, StoreServer::start(options.store.host, options.store.port));
     }
     {
-        core::Result<std::unique_ptr<StoreClient>> client = StoreClient::connect(options.store, deadline,
-                                                                                 options.cancel);
+        core::Result<std::unique_ptr<StoreClient>> client =
+            StoreClient::connect(options.store, deadline, options.cancel);
         if (!client.isOk()) return client.status().withContext(where);
         rv->client_ = std::move(*client);
     }

@@ -50,9 +50,7 @@ public:
 
     const RankRecord& self() const { return self_; }
     // Every registered rank of `role`, indexed by rank.
-    const std::vector<RankRecord>& ranks(Role role) const {
-        return role == Role::kAttention ? attention_ : ffn_;
-    }
+    const std::vector<RankRecord>& ranks(Role role) const { return role == Role::kAttention ? attention_ : ffn_; }
     // The store, for backends that exchange more (NCCL ids, IPC handles) after the rendezvous.
     StoreClient& store() { return *client_; }
     const std::string& storeAddress() const { return store_address_; }

@@ -9,7 +9,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/check.h"
 #include "core/logging.h"
 
 namespace afd::transport {
@@ -191,8 +190,8 @@ bool StoreServer::Loop::handleRequests(Client& c) {
     while (!c.closed && !c.waiting && c.out.size() <= kMaxReplyBody && c.in.size() >= 4) {
         const uint32_t body = getU32(c.in.data());
         if (body < kRequestFixedBytes || body > kMaxRequestBody) {
-            dropClient(c, fmt::format("request of {} bytes (expected {}..{})", body, kRequestFixedBytes,
-                                      kMaxRequestBody));
+            dropClient(c,
+                       fmt::format("request of {} bytes (expected {}..{})", body, kRequestFixedBytes, kMaxRequestBody));
             break;
         }
         if (c.in.size() < 4 + body) break;
@@ -353,8 +352,8 @@ core::Result<StoreClient::Reply> StoreClient::call(uint8_t op, uint8_t flags, st
 core::Status StoreClient::set(std::string_view key, std::string_view value) {
     AFD_ASSIGN_OR_RETURN(Reply reply, call(kOpSet, 0, key, value, milliseconds(0)));
     if (reply.code != kReplyOk) {
-        return core::corrupt("rendezvous store at {}: unexpected reply {} to set '{}'", address_.toString(),
-                             reply.code, key);
+        return core::corrupt("rendezvous store at {}: unexpected reply {} to set '{}'", address_.toString(), reply.code,
+                             key);
     }
     return core::Status::ok();
 }

@@ -15,8 +15,6 @@
 #include <cstring>
 #include <limits>
 
-#include "core/check.h"
-#include "core/logging.h"
 
 namespace afd::transport {
 namespace {
@@ -256,20 +254,20 @@ core::Result<core::UniqueFd> connectTcp(const HostPort& address, Deadline deadli
         }
         const Clock::time_point now = Clock::now();
         if (now >= deadline) {
-            return core::timeoutError(
-                "connecting to {} at {}: no connection after {} (last error: {})", what, where,
-                formatDuration(std::chrono::duration_cast<milliseconds>(now - start)), last_error);
+            return core::timeoutError("connecting to {} at {}: no connection after {} (last error: {})", what, where,
+                                      formatDuration(std::chrono::duration_cast<milliseconds>(now - start)),
+                                      last_error);
         }
         // Back off, cancellably, before the next attempt.
         const Deadline retry_at = std::min(deadline, deadlineAfter(backoff));
         backoff = std::min(backoff * 2, milliseconds(250));
         pollfd pfd{cancel != nullptr ? cancel->fd() : -1, POLLIN, 0};
         const int rc = ::poll(&pfd, 1, pollTimeoutMs(retry_at));
-        if (rc < 0 && errno != EINTR) return core::ioError("connecting to {} at {}: poll(): {}", what, where,
-                                                           errnoText(errno));
+        if (rc < 0 && errno != EINTR)
+            return core::ioError("connecting to {} at {}: poll(): {}", what, where, errnoText(errno));
         if (cancel != nullptr && cancel->cancelled()) {
-            return core::Status(core::StatusCode::kCancelled, fmt::format("connecting to {} at {}: cancelled", what,
-                                                                          where));
+            return core::Status(core::StatusCode::kCancelled,
+                                fmt::format("connecting to {} at {}: cancelled", what, where));
         }
     }
 }
@@ -305,8 +303,8 @@ core::Status sendAll(int fd, const void* data, size_t size, Deadline deadline, c
         const int error = errno;
         if (error == EINTR) continue;
         if (error == EAGAIN || error == EWOULDBLOCK) {
-            AFD_ASSIGN_OR_RETURN(short revents, waitFd(fd, POLLOUT, deadline, cancel, fmt::format("sending to {}",
-                                                                                                    peer)));
+            AFD_ASSIGN_OR_RETURN(short revents,
+                                 waitFd(fd, POLLOUT, deadline, cancel, fmt::format("sending to {}", peer)));
             (void)revents;
             continue;
         }

@@ -9,7 +9,8 @@ namespace afd::transport::tcp {
 
 TcpAttentionConnector::TcpAttentionConnector(const TcpConnectorOptions& options,
                                              std::vector<std::unique_ptr<TcpLink>> links)
-    : limits_{options.max_rows, options.max_frame_bytes},
+    : rank_(options.rank),
+      limits_{options.max_rows, options.max_frame_bytes},
       step_timeout_(options.step_timeout),
       links_(std::move(links)),
       slots_(links_.size()),
@@ -39,8 +40,8 @@ template <typename Done>
 core::Status TcpAttentionConnector::pump(std::string_view what, Done done) {
     // NOTE: watch_idle: no FFN frame may arrive unasked on this side, so input on an idle link (EOF, a stray
     // frame) is an error to report at once.
-    return sticky(pumpLinks(link_ptrs_, deadlineAfter(step_timeout_), nullptr, /*watch_idle=*/true, what,
-                            poll_set_, done, [this](size_t peer) { return onFrame(peer); }));
+    return sticky(pumpLinks(link_ptrs_, deadlineAfter(step_timeout_), nullptr, /*watch_idle=*/true, what, poll_set_,
+                            done, [this](size_t peer) { return onFrame(peer); }));
 }
 
 void TcpAttentionConnector::armNext(size_t peer) {
@@ -102,7 +103,7 @@ core::Status TcpAttentionConnector::sendStep(const StepHeader& header) {
     }));
     if (header.flags & kStepShutdown) {
         shut_down_ = true;
-        AFD_LOG_INFO("attention connector: shutdown sent to {} ffn peers at step {}", links_.size(), header.step);
+        AFD_LOG_INFO("attention rank {}: shutdown sent to {} ffn peers at step {}", rank_, links_.size(), header.step);
     }
     return core::Status::ok();
 }
@@ -115,8 +116,7 @@ core::Status TcpAttentionConnector::dispatch(const FrameKey& key, std::span<cons
     }
     StageState& stage = stages_[key.stage];
     if (stage.in_flight) {
-        return core::invalidArgument("dispatch for step {} layer {} stage {} while layer {} of that stage awaits its "
-                                     "combine",
+        return core::invalidArgument("dispatch for step {} layer {} stage {} while layer {} awaits its combine",
                                      key.step, key.layer, key.stage, stage.key.layer);
     }
     if (payloads.size() != links_.size()) {
@@ -144,21 +144,20 @@ core::Status TcpAttentionConnector::dispatch(const FrameKey& key, std::span<cons
 }
 
 core::Result<std::span<const ReceivedFrame>> TcpAttentionConnector::combine(const FrameKey& key,
-                                                                           const FrameSpec& expected) {
+                                                                            const FrameSpec& expected) {
     AFD_RETURN_IF_ERROR(usable());
     if (key.stage >= kMaxStages || !stages_[key.stage].in_flight || !(stages_[key.stage].key == key)) {
         return core::invalidArgument("combine for step {} layer {} stage {} without a matching dispatch", key.step,
                                      key.layer, key.stage);
     }
     const uint32_t s = key.stage;
-    AFD_RETURN_IF_ERROR(
-        pump(fmt::format("waiting for f2a frames of step {} layer {} stage {}", key.step, key.layer, key.stage),
-             [this, s] {
-                 for (const auto& peer_slots : slots_) {
-                     if (!peer_slots[s].ready) return false;
-                 }
-                 return true;
-             }));
+    AFD_RETURN_IF_ERROR(pump(
+        fmt::format("waiting for f2a frames of step {} layer {} stage {}", key.step, key.layer, key.stage), [this, s] {
+            for (const auto& peer_slots : slots_) {
+                if (!peer_slots[s].ready) return false;
+            }
+            return true;
+        }));
     std::vector<ReceivedFrame>& results = results_[s];
     for (size_t p = 0; p < links_.size(); ++p) {
         Slot& slot = slots_[p][s];

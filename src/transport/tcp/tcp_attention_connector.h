@@ -59,13 +59,14 @@ private:
     core::Status pump(std::string_view what, Done done);
     core::Status sticky(core::Status status);
 
+    int rank_ = 0;
     FrameLimits limits_;
     std::chrono::milliseconds step_timeout_;
     std::vector<PeerInfo> peers_;
     std::vector<std::unique_ptr<TcpLink>> links_;
     std::vector<TcpLink*> link_ptrs_;
     std::vector<std::array<Slot, kMaxStages>> slots_;  // [peer][stage]
-    std::vector<Owed> owed_;                            // [peer]
+    std::vector<Owed> owed_;                           // [peer]
     std::array<StageState, kMaxStages> stages_{};
     std::array<std::vector<ReceivedFrame>, kMaxStages> results_;
     PollSet poll_set_;

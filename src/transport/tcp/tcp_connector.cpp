@@ -54,11 +54,10 @@ core::Status validateOptions(const TcpConnectorOptions& o) {
     std::set<int> seen;
     for (int peer : o.peers) {
         if (peer < 0 || peer >= other) {
-            return core::invalidArgument("{}: peer {} rank {} is out of range 0..{}", who, other_role, peer,
-                                         other - 1);
+            return core::invalidArgument("{}: peer {} rank {} is out of range 0..{}", who, other_role, peer, other - 1);
         }
-        if (!seen.insert(peer).second) return core::invalidArgument("{}: peer {} rank {} is listed twice", who,
-                                                                    other_role, peer);
+        if (!seen.insert(peer).second)
+            return core::invalidArgument("{}: peer {} rank {} is listed twice", who, other_role, peer);
     }
     if (o.store_host.empty()) return core::invalidArgument("{}: store_host is empty", who);
     if (o.store_port < 1 || o.store_port > 65535) {
@@ -67,9 +66,10 @@ core::Status validateOptions(const TcpConnectorOptions& o) {
     if (o.role == Role::kFfn) {
         if (o.bind_host.empty()) return core::invalidArgument("{}: bind_host is empty", who);
         if (o.advertise_host.empty() && isWildcard(o.bind_host)) {
-            return core::invalidArgument("{}: bind_host '{}' is a wildcard; set advertise_host to an address "
-                                         "attention ranks can reach",
-                                         who, o.bind_host);
+            return core::invalidArgument(
+                "{}: bind_host '{}' is a wildcard; set advertise_host to an address "
+                "attention ranks can reach",
+                who, o.bind_host);
         }
     }
     if (o.fingerprint.empty() || o.fingerprint.size() > kMaxFingerprintBytes) {

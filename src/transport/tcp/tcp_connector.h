@@ -24,9 +24,9 @@ struct TcpConnectorOptions {
     int rank = 0;
     int num_attention_ranks = 0;
     int num_ffn_ranks = 0;
-    std::vector<int> peers;  // ranks of the other role this rank talks to (from the topology), no repeats
-    std::string store_host;  // afd.host: FFN rank 0 hosts the store there
-    int store_port = 0;      // afd.port
+    std::vector<int> peers;               // ranks of the other role this rank talks to (from the topology), no repeats
+    std::string store_host;               // afd.host: FFN rank 0 hosts the store there
+    int store_port = 0;                   // afd.port
     std::string bind_host = "127.0.0.1";  // FFN data listener
     std::string advertise_host;           // what attention ranks connect to; empty: bind_host
     std::string fingerprint;              // opaque, 1..kMaxFingerprintBytes bytes; equal on every rank

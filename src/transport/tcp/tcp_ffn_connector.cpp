@@ -17,7 +17,8 @@ std::string describeStep(const FrameHeader& h) {
 
 TcpFfnConnector::TcpFfnConnector(const TcpConnectorOptions& options, std::unique_ptr<Rendezvous> rendezvous,
                                  std::vector<std::unique_ptr<TcpLink>> links, std::unique_ptr<Canceller> cancel)
-    : limits_{options.max_rows, options.max_frame_bytes},
+    : rank_(options.rank),
+      limits_{options.max_rows, options.max_frame_bytes},
       step_timeout_(options.step_timeout),
       rendezvous_(std::move(rendezvous)),
       cancel_(std::move(cancel)),
@@ -68,8 +69,8 @@ bool TcpFfnConnector::noneSending() const {
 core::Status TcpFfnConnector::pump(Deadline deadline, std::string_view what, bool (TcpFfnConnector::*done)() const) {
     // NOTE: watch_idle off: an idle link may hold the peer's next frame, which belongs to a later call.
     return sticky(pumpLinks(
-        link_ptrs_, deadline, cancel_.get(), /*watch_idle=*/false, what, poll_set_, [this, done] { return (this->*done)(); },
-        [](size_t) { return core::Status::ok(); }));
+        link_ptrs_, deadline, cancel_.get(), /*watch_idle=*/false, what, poll_set_,
+        [this, done] { return (this->*done)(); }, [](size_t) { return core::Status::ok(); }));
 }
 
 core::Result<StepInfo> TcpFfnConnector::receiveStep() {
@@ -103,7 +104,7 @@ core::Result<StepInfo> TcpFfnConnector::receiveStep() {
         const FrameHeader header = link.frame().header;
         link.takeFrame();
         if (header.flags & kStepShutdown) {
-            AFD_LOG_INFO("{} left at step {}", link.name(), header.step);
+            AFD_LOG_INFO("ffn rank {}: {} left at step {}", rank_, link.name(), header.step);
             active_[p] = false;
             link.close();
             continue;
@@ -123,7 +124,7 @@ core::Result<StepInfo> TcpFfnConnector::receiveStep() {
         if (active_[p]) link_ptrs_.push_back(links_[p].get());
     }
     if (first_link == nullptr) {
-        AFD_LOG_INFO("ffn connector: every attention peer has left");
+        AFD_LOG_INFO("ffn rank {}: every attention peer has left", rank_);
         StepInfo left;
         left.all_left = true;
         return left;
@@ -134,8 +135,7 @@ core::Result<StepInfo> TcpFfnConnector::receiveStep() {
     return info;
 }
 
-core::Result<std::span<const ReceivedFrame>> TcpFfnConnector::receive(const FrameKey& key,
-                                                                      const FrameSpec& expected) {
+core::Result<std::span<const ReceivedFrame>> TcpFfnConnector::receive(const FrameKey& key, const FrameSpec& expected) {
     AFD_RETURN_IF_ERROR(usable());
     if (key.stage >= kMaxStages) {
         return core::invalidArgument("receive for layer {} stage {}: stages are 0..{}", key.layer, key.stage,

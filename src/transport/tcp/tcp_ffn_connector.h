@@ -39,6 +39,7 @@ private:
     bool anyActiveHasFrame() const;
     bool noneSending() const;
 
+    int rank_ = 0;
     FrameLimits limits_;
     std::chrono::milliseconds step_timeout_;
     std::unique_ptr<Rendezvous> rendezvous_;

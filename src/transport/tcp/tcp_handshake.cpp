@@ -39,8 +39,8 @@ std::string peerLabel(const Pending& p) { return fmt::format("connection from {}
 void reject(Pending& p, const std::string& text, std::string* last_rejection) {
     AFD_LOG_WARN("rejecting the {}: {}", peerLabel(p), text);
     const std::vector<uint8_t> frame = encodeErrorFrame(text);
-    const core::Status sent = sendAll(p.fd.get(), frame.data(), frame.size(), deadlineAfter(kRejectWriteTimeout),
-                                      nullptr, peerLabel(p));
+    const core::Status sent =
+        sendAll(p.fd.get(), frame.data(), frame.size(), deadlineAfter(kRejectWriteTimeout), nullptr, peerLabel(p));
     if (!sent.isOk()) AFD_LOG_DEBUG("error frame not delivered: {}", sent.message());
     *last_rejection = text;
     p.fd.reset();
@@ -50,10 +50,9 @@ void reject(Pending& p, const std::string& text, std::string* last_rejection) {
 core::Result<size_t> checkHello(const Pending& p, std::span<const int> expected_ranks,
                                 const std::vector<core::UniqueFd>& accepted, const HandshakeIdentity& self) {
     const std::string me = fmt::format("{} rank {}", roleName(self.role), self.rank);
-    AFD_ASSIGN_OR_RETURN(Hello hello,
-                         decodeHelloPayload(std::span<const uint8_t>(p.bytes.data() + kFrameHeaderBytes,
-                                                                     p.header.payload_bytes),
-                                            peerLabel(p)));
+    AFD_ASSIGN_OR_RETURN(Hello hello, decodeHelloPayload(std::span<const uint8_t>(p.bytes.data() + kFrameHeaderBytes,
+                                                                                  p.header.payload_bytes),
+                                                         peerLabel(p)));
     const std::string them = fmt::format("{} rank {}", roleName(hello.role), hello.rank);
     if (hello.role != Role::kAttention) {
         return core::mismatch("{} accepts attention ranks only, got a hello from {}", me, them);
@@ -112,8 +111,8 @@ core::Result<std::vector<core::UniqueFd>> acceptPeers(int listen_fd, std::string
         do {
             rc = ::poll(fds.data(), fds.size(), pollTimeoutMs(deadline));
         } while (rc < 0 && errno == EINTR);
-        if (rc < 0) return core::ioError("accepting attention peers on {}: poll(): {}", listen_address,
-                                         errnoText(errno));
+        if (rc < 0)
+            return core::ioError("accepting attention peers on {}: poll(): {}", listen_address, errnoText(errno));
         if (fds[0].revents != 0) {
             return core::Status(core::StatusCode::kCancelled,
                                 fmt::format("accepting attention peers on {}: cancelled", listen_address));
@@ -176,8 +175,7 @@ core::Result<std::vector<core::UniqueFd>> acceptPeers(int listen_fd, std::string
                 continue;
             }
             const std::vector<uint8_t> ack = encodeHelloAckFrame();
-            const core::Status sent =
-                sendAll(p.fd.get(), ack.data(), ack.size(), deadline, cancel, peerLabel(p));
+            const core::Status sent = sendAll(p.fd.get(), ack.data(), ack.size(), deadline, cancel, peerLabel(p));
             if (!sent.isOk()) {
                 AFD_LOG_WARN("hello of {} not acknowledged: {}", peerLabel(p), sent.message());
                 p.fd.reset();

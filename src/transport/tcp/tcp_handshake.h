@@ -25,8 +25,7 @@ struct HandshakeIdentity {
 // Attention side: connects to `peer` at `endpoint` (retrying until `deadline`, so the FFN may start later),
 // says hello, and waits for the answer. kMismatch with the FFN's text when it rejects the hello.
 core::Result<core::UniqueFd> connectAndHello(const HostPort& endpoint, const PeerInfo& peer,
-                                             const HandshakeIdentity& self, Deadline deadline,
-                                             const Canceller* cancel);
+                                             const HandshakeIdentity& self, Deadline deadline, const Canceller* cancel);
 
 // FFN side: accepts on `listen_fd` until every attention rank in `expected_ranks` has completed a valid hello;
 // result[i] is the connection of expected_ranks[i]. Invalid hellos are answered with an error frame and closed

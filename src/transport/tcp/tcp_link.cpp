@@ -143,8 +143,12 @@ core::Status TcpLink::readSome() {
         if (static_cast<size_t>(n) < want) continue;
         phase_done_ = 0;
         switch (phase_) {
-            case Phase::kHeader: AFD_RETURN_IF_ERROR(onHeader()); break;
-            case Phase::kDescriptors: AFD_RETURN_IF_ERROR(onDescriptors()); break;
+            case Phase::kHeader:
+                AFD_RETURN_IF_ERROR(onHeader());
+                break;
+            case Phase::kDescriptors:
+                AFD_RETURN_IF_ERROR(onDescriptors());
+                break;
             case Phase::kPayload:
                 ++segment_;
                 advancePayload();
@@ -162,8 +166,8 @@ core::Status TcpLink::onHeader() {
     frame_ = IncomingFrame{};
     frame_.header = *header;
     if (!armed_) {
-        return fail(core::corrupt("{}: unexpected {} frame (step {} layer {} stage {}) while no frame was due",
-                                  name_, frameKindName(header->kind), header->step, header->layer, header->stage));
+        return fail(core::corrupt("{}: unexpected {} frame (step {} layer {} stage {}) while no frame was due", name_,
+                                  frameKindName(header->kind), header->step, header->layer, header->stage));
     }
     if (expectation_.kind == FrameKind::kStep) {
         if (header->kind != FrameKind::kStep) {
@@ -265,10 +269,11 @@ core::Status checkPayload(std::string_view peer, FrameKind kind, const FrameKey&
         const core::Tensor& t = payload.segments[i];
         if (!t.device().isCpu() || t.dim() != 2 || t.size(0) != payload.rows || t.size(1) < 1 ||
             t.size(1) > static_cast<int64_t>(UINT32_MAX) || (t.nbytes() > 0 && t.rawData() == nullptr)) {
-            return core::invalidArgument("{} frame to {} for layer {} stage {}: segment {} is {} {} on {}, expected "
-                                         "a CPU tensor [{}, cols]",
-                                         kind_name, peer, key.layer, key.stage, i, core::shapeToString(t.shape()),
-                                         core::dtypeName(t.dtype()), t.device().toString(), payload.rows);
+            return core::invalidArgument(
+                "{} frame to {} for layer {} stage {}: segment {} is {} {} on {}, expected "
+                "a CPU tensor [{}, cols]",
+                kind_name, peer, key.layer, key.stage, i, core::shapeToString(t.shape()), core::dtypeName(t.dtype()),
+                t.device().toString(), payload.rows);
         }
         total += t.nbytes();
     }

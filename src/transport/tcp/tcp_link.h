@@ -116,9 +116,9 @@ private:
     Phase phase_ = Phase::kHeader;
     HeaderBytes recv_header_{};
     std::array<uint8_t, kMaxSegments * kSegmentDescriptorBytes> recv_descriptors_{};
-    size_t phase_done_ = 0;     // bytes of the current phase (header, descriptors, current segment) read
-    uint32_t segment_ = 0;      // current segment in kPayload
-    size_t frame_bytes_ = 0;    // bytes of the current frame read so far (for messages)
+    size_t phase_done_ = 0;   // bytes of the current phase (header, descriptors, current segment) read
+    uint32_t segment_ = 0;    // current segment in kPayload
+    size_t frame_bytes_ = 0;  // bytes of the current frame read so far (for messages)
     IncomingFrame frame_;
 };
 
