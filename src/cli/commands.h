@@ -11,7 +11,11 @@ namespace afd::cli {
 // Each function adds one subcommand to `app`; `exit_code` receives the subcommand's exit code.
 void addGenModelCommand(CLI::App& app, int& exit_code);
 void addGenerateCommand(CLI::App& app, int& exit_code);
+<<<<<<< HEAD
 void addFfnCommand(CLI::App& app, int& exit_code);
 void addLaunchCommand(CLI::App& app, int& exit_code);
+=======
+void addBenchCommand(CLI::App& app, int& exit_code);
+>>>>>>> cuda
 
 }  // namespace afd::cli

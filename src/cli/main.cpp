@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
     afd::cli::addGenerateCommand(app, exit_code);
     afd::cli::addFfnCommand(app, exit_code);
     afd::cli::addLaunchCommand(app, exit_code);
+    afd::cli::addBenchCommand(app, exit_code);
 
     try {
         app.parse(argc, argv);

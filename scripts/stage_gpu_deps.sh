@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Stages the Debian build dependencies (fmt, spdlog, nlohmann-json, CLI11, gtest/gmock) for a GPU machine that
+# has a CUDA toolchain but none of them and no network: the .deb files are downloaded here and unpacked (not
+# installed) under DEST/root, which a build there passes as CMAKE_PREFIX_PATH=DEST/root/usr and whose
+# lib/x86_64-linux-gnu goes on LD_LIBRARY_PATH. The CMake package files of these packages locate everything
+# relative to themselves, so the unpacked tree works from any path.
+#   scripts/stage_gpu_deps.sh [DEST]      (default DEST: .gpu_deps in the repository root)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+dest="$(realpath -m "${1:-$root/.gpu_deps}")"
+packages=(libfmt-dev libfmt9 libspdlog-dev libspdlog1.10 nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev)
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+(cd "$work" && apt-get download "${packages[@]}" >/dev/null)
+rm -rf "$dest/root"
+mkdir -p "$dest/root"
+for deb in "$work"/*.deb; do
+    dpkg -x "$deb" "$dest/root"
+done
+# Documentation and the header-only duplicates are not needed to build.
+rm -rf "$dest/root/usr/share/doc" "$dest/root/usr/share/man" "$dest/root/usr/share/lintian"
+du -sh "$dest/root" | awk '{print "stage_gpu_deps: " $1 " in " $2}'

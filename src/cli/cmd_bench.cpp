@@ -1,0 +1,131 @@
+// `afd bench moe`: the CUDA MoE layer timed on the device against its floor (kernels/cuda/moe_bench.h).
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/exit_codes.h"
+#include "core/logging.h"
+#if defined(AFD_HAVE_CUDA)
+#include "kernels/cuda/moe_bench.h"
+#endif
+
+namespace afd::cli {
+namespace {
+
+#if defined(AFD_HAVE_CUDA)
+struct BenchMoeFlags {
+    kernels::cuda::MoeBenchOptions options;
+    std::vector<std::string> tiles{"auto"};
+    std::string csv;
+    bool no_stages = false;
+};
+
+void printTable(const kernels::cuda::MoeBenchResult& r) {
+    fmt::print("device: {}  copy {:.2f} TB/s (read+write)  bf16 gemm {:.0f} TFLOP/s (cuBLAS 8192^3)\n", r.device,
+               r.copy_tbps, r.gemm_tflops);
+    fmt::print("{:>6} {:>8} {:>14} {:>4} {:>10} {:>10} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}\n", "T", "routing", "tile",
+               "exp", "median_us", "floor_us", "%floor", "TFLOP/s", "perm_us", "gateup_us", "down_us", "comb_us");
+    for (const auto& row : r.rows) {
+        fmt::print("{:>6} {:>8} {:>14} {:>4} {:>10.1f} {:>10.1f} {:>7.1f} {:>7.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f}\n",
+                   row.tokens, row.routing, row.tile, row.distinct_experts, row.median_us, row.floor_us,
+                   row.pct_of_floor, row.tflops, row.permute_us, row.gate_up_us, row.down_us, row.combine_us);
+    }
+}
+
+bool writeCsv(const std::string& path, const kernels::cuda::MoeBenchResult& r) {
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "w"), &std::fclose);
+    if (f == nullptr) {
+        AFD_LOG_ERROR("bench moe: cannot write {}", path);
+        return false;
+    }
+    fmt::print(f.get(),
+               "device,copy_tbps,gemm_tflops,tokens,routing,tile,distinct_experts,entries,median_us,p10_us,p90_us,"
+               "mem_floor_us,flop_floor_us,floor_us,pct_of_floor,tflops,permute_us,gate_up_us,down_us,combine_us\n");
+    for (const auto& row : r.rows) {
+        fmt::print(f.get(), "{},{:.3f},{:.1f},{},{},{},{},{},{:.2f},{:.2f},{:.2f},{:.2f},{:.2f},{:.2f},{:.2f},{:.2f},"
+                            "{:.2f},{:.2f},{:.2f},{:.2f}\n",
+                   r.device, r.copy_tbps, r.gemm_tflops, row.tokens, row.routing, row.tile, row.distinct_experts,
+                   row.entries, row.median_us, row.p10_us, row.p90_us, row.mem_floor_us, row.flop_floor_us,
+                   row.floor_us, row.pct_of_floor, row.tflops, row.permute_us, row.gate_up_us, row.down_us,
+                   row.combine_us);
+    }
+    return true;
+}
+
+int runBenchMoe(BenchMoeFlags& flags) {
+    flags.options.tiles.clear();
+    for (const std::string& name : flags.tiles) {
+        kernels::MoeTileConfig tile;
+        if (!kernels::parseMoeTileConfig(name.c_str(), &tile)) {
+            AFD_LOG_ERROR("bench moe: --tiles: unknown tile config '{}' (auto, small16, small32, small64, small128, "
+                          "wide128, wide256)",
+                          name);
+            return core::kExitBadConfig;
+        }
+        flags.options.tiles.push_back(tile);
+    }
+    for (const std::string& routing : flags.options.routings) {
+        if (routing != "uniform" && routing != "zipf") {
+            AFD_LOG_ERROR("bench moe: --routing: '{}' is not uniform or zipf", routing);
+            return core::kExitBadConfig;
+        }
+    }
+    for (const int64_t t : flags.options.tokens) {
+        if (t < 1) {
+            AFD_LOG_ERROR("bench moe: --tokens: {} must be >= 1", t);
+            return core::kExitBadConfig;
+        }
+    }
+    flags.options.stages = !flags.no_stages;
+    try {
+        const auto result = kernels::cuda::runMoeBench(flags.options);
+        printTable(result);
+        if (!flags.csv.empty() && !writeCsv(flags.csv, result)) {
+            return core::kExitFailure;
+        }
+    } catch (const std::exception& e) {
+        AFD_LOG_ERROR("bench moe: {}", e.what());
+        return core::kExitFailure;
+    }
+    return core::kExitOk;
+}
+#endif
+
+}  // namespace
+
+void addBenchCommand(CLI::App& app, int& exit_code) {
+    CLI::App* bench = app.add_subcommand("bench", "GPU benchmarks");
+    bench->require_subcommand(1);
+    CLI::App* moe = bench->add_subcommand("moe", "time the CUDA MoE layer against its floor and print a table");
+#if defined(AFD_HAVE_CUDA)
+    auto flags = std::make_shared<BenchMoeFlags>();
+    moe->add_option("--tokens", flags->options.tokens, "token counts T")->delimiter(',');
+    moe->add_option("--routing", flags->options.routings, "uniform and/or zipf")->delimiter(',');
+    moe->add_option("--tiles", flags->tiles, "tile configs to time (auto, small16 … wide256)")->delimiter(',');
+    moe->add_option("--hidden", flags->options.hidden, "hidden size H");
+    moe->add_option("--inter", flags->options.inter, "expert intermediate size I");
+    moe->add_option("--experts", flags->options.experts, "experts E");
+    moe->add_option("--top-k", flags->options.top_k, "experts per token K");
+    moe->add_option("--zipf-exponent", flags->options.zipf_exponent, "exponent s of the zipf routing");
+    moe->add_option("--layers", flags->options.layers, "weight sets rotated between replays");
+    moe->add_option("--reps", flags->options.reps, "timed graph replays per point");
+    moe->add_option("--csv", flags->csv, "also write the rows to this CSV file");
+    moe->add_option("--dump-routing", flags->options.dump_routing_dir,
+                    "write each point's routing to this folder (read by bench/peers)");
+    moe->add_flag("--no-stages", flags->no_stages, "do not time the four stages apart");
+    moe->callback([flags, &exit_code] { exit_code = runBenchMoe(*flags); });
+#else
+    moe->callback([&exit_code] {
+        AFD_LOG_ERROR("bench moe: this afd was built without the CUDA backend");
+        exit_code = core::kExitFailure;
+    });
+#endif
+}
+
+}  // namespace afd::cli

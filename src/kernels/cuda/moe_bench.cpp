@@ -1,0 +1,357 @@
+#include "kernels/cuda/moe_bench.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <set>
+#include <utility>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/moe_stages.h"
+
+namespace afd::kernels::cuda {
+namespace {
+
+// ---- RAII for the runtime objects the benchmark holds --------------------------------------------------------
+
+class DeviceMemory {
+public:
+    explicit DeviceMemory(size_t bytes) : bytes_(bytes) { AFD_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 256))); }
+    ~DeviceMemory() { (void)cudaFree(ptr_); }
+    DeviceMemory(const DeviceMemory&) = delete;
+    DeviceMemory& operator=(const DeviceMemory&) = delete;
+    void* get() const { return ptr_; }
+    template <typename T>
+    T* as() const {
+        return static_cast<T*>(ptr_);
+    }
+    size_t bytes() const { return bytes_; }
+
+private:
+    void* ptr_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+class Stream {
+public:
+    Stream() { AFD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+    ~Stream() { (void)cudaStreamDestroy(stream_); }
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+    cudaStream_t get() const { return stream_; }
+
+private:
+    cudaStream_t stream_ = nullptr;
+};
+
+class Graph {
+public:
+    // Captures what `body` enqueues on `stream` (relaxed mode: other threads may use the runtime meanwhile).
+    Graph(cudaStream_t stream, const std::function<void()>& body) {
+        AFD_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+        body();
+        cudaGraph_t graph = nullptr;
+        AFD_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        const cudaError_t err = cudaGraphInstantiate(&exec_, graph, 0);
+        (void)cudaGraphDestroy(graph);
+        AFD_CUDA_CHECK(err);
+    }
+    ~Graph() { (void)cudaGraphExecDestroy(exec_); }
+    Graph(const Graph&) = delete;
+    Graph& operator=(const Graph&) = delete;
+    void launch(cudaStream_t stream) const { AFD_CUDA_CHECK(cudaGraphLaunch(exec_, stream)); }
+
+private:
+    cudaGraphExec_t exec_ = nullptr;
+};
+
+class Events {
+public:
+    explicit Events(size_t count) : events_(count) {
+        for (auto& e : events_) {
+            AFD_CUDA_CHECK(cudaEventCreate(&e));
+        }
+    }
+    ~Events() {
+        for (auto& e : events_) {
+            (void)cudaEventDestroy(e);
+        }
+    }
+    Events(const Events&) = delete;
+    Events& operator=(const Events&) = delete;
+    cudaEvent_t operator[](size_t i) const { return events_[i]; }
+
+private:
+    std::vector<cudaEvent_t> events_;
+};
+
+class CublasHandle {
+public:
+    CublasHandle() { AFD_CUBLAS_CHECK(cublasCreate(&handle_)); }
+    ~CublasHandle() { (void)cublasDestroy(handle_); }
+    CublasHandle(const CublasHandle&) = delete;
+    CublasHandle& operator=(const CublasHandle&) = delete;
+    cublasHandle_t get() const { return handle_; }
+
+private:
+    cublasHandle_t handle_ = nullptr;
+};
+
+struct Timing {
+    double median_us = 0;
+    double p10_us = 0;
+    double p90_us = 0;
+};
+
+// Times `reps` runs of run(i) on `stream` with an event pair around each; median and 10/90th percentiles.
+Timing timeRuns(cudaStream_t stream, int warmup, int reps, const std::function<void(int)>& run) {
+    for (int i = 0; i < warmup; ++i) {
+        run(i);
+    }
+    Events events(static_cast<size_t>(2 * reps));
+    for (int i = 0; i < reps; ++i) {
+        AFD_CUDA_CHECK(cudaEventRecord(events[2 * i], stream));
+        run(i);
+        AFD_CUDA_CHECK(cudaEventRecord(events[2 * i + 1], stream));
+    }
+    AFD_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<double> us(static_cast<size_t>(reps));
+    for (int i = 0; i < reps; ++i) {
+        float ms = 0;
+        AFD_CUDA_CHECK(cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]));
+        us[static_cast<size_t>(i)] = ms * 1e3;
+    }
+    std::sort(us.begin(), us.end());
+    auto at = [&](double q) { return us[static_cast<size_t>(q * (us.size() - 1) + 0.5)]; };
+    return {at(0.5), at(0.1), at(0.9)};
+}
+
+void fillRandom(void* ptr, size_t count, uint64_t seed, float scale, cudaStream_t stream) {
+    AFD_CUDA_CHECK(launchFillRandomBf16(static_cast<uint16_t*>(ptr), static_cast<int64_t>(count), seed, scale, stream));
+}
+
+// Copy bandwidth in TB/s (bytes read + written) of a 2 GiB device-to-device copy.
+double measureCopyBandwidth(cudaStream_t stream) {
+    const size_t bytes = size_t{2} << 30;
+    DeviceMemory src(bytes);
+    DeviceMemory dst(bytes);
+    fillRandom(src.get(), bytes / 2, 99, 1.0f, stream);
+    const Timing t = timeRuns(stream, 3, 20, [&](int) {
+        AFD_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, stream));
+    });
+    return 2.0 * static_cast<double>(bytes) / (t.median_us * 1e-6) / 1e12;
+}
+
+// cuBLAS BF16 GEMM rate (TFLOP/s) at 8192^3 on random data, fp32 accumulation.
+double measureGemmRate(cudaStream_t stream) {
+    constexpr int n = 8192;
+    const size_t count = static_cast<size_t>(n) * n;
+    DeviceMemory a(count * 2);
+    DeviceMemory b(count * 2);
+    DeviceMemory c(count * 2);
+    fillRandom(a.get(), count, 5, 1.0f, stream);
+    fillRandom(b.get(), count, 6, 1.0f, stream);
+    CublasHandle handle;
+    AFD_CUBLAS_CHECK(cublasSetStream(handle.get(), stream));
+    const float alpha = 1.0f;
+    const float beta = 0.0f;
+    const Timing t = timeRuns(stream, 3, 10, [&](int) {
+        AFD_CUBLAS_CHECK(cublasGemmEx(handle.get(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), CUDA_R_16BF, n,
+                                      b.get(), CUDA_R_16BF, n, &beta, c.get(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT));
+    });
+    return 2.0 * n * static_cast<double>(n) * n / (t.median_us * 1e-6) / 1e12;
+}
+
+struct HostRouting {
+    std::vector<int32_t> ids;
+    std::vector<float> weights;
+    int64_t distinct = 0;
+};
+
+// K distinct experts per token; zipf draws expert ranks with weight 1/(r+1)^s over a random rank order;
+// weights are positive and sum to one per token (as after renormalisation).
+HostRouting makeRouting(const std::string& kind, int64_t tokens, const MoeBenchOptions& o, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<int32_t> rank_to_expert(static_cast<size_t>(o.experts));
+    std::iota(rank_to_expert.begin(), rank_to_expert.end(), 0);
+    std::shuffle(rank_to_expert.begin(), rank_to_expert.end(), rng);
+    std::vector<double> base(static_cast<size_t>(o.experts), 1.0);
+    if (kind == "zipf") {
+        for (int64_t r = 0; r < o.experts; ++r) {
+            base[static_cast<size_t>(r)] = 1.0 / std::pow(static_cast<double>(r + 1), o.zipf_exponent);
+        }
+    }
+    HostRouting h;
+    h.ids.resize(static_cast<size_t>(tokens * o.top_k));
+    h.weights.resize(h.ids.size());
+    std::uniform_real_distribution<float> uniform(0.1f, 1.0f);
+    std::set<int32_t> touched;
+    for (int64_t t = 0; t < tokens; ++t) {
+        std::vector<double> w = base;
+        float sum = 0.0f;
+        for (int64_t j = 0; j < o.top_k; ++j) {
+            std::discrete_distribution<int32_t> pick(w.begin(), w.end());
+            const int32_t r = pick(rng);
+            w[static_cast<size_t>(r)] = 0.0;
+            const size_t i = static_cast<size_t>(t * o.top_k + j);
+            h.ids[i] = rank_to_expert[static_cast<size_t>(r)];
+            h.weights[i] = uniform(rng);
+            sum += h.weights[i];
+            touched.insert(h.ids[i]);
+        }
+        for (int64_t j = 0; j < o.top_k; ++j) {
+            h.weights[static_cast<size_t>(t * o.top_k + j)] /= sum;
+        }
+    }
+    h.distinct = static_cast<int64_t>(touched.size());
+    return h;
+}
+
+void dumpRouting(const std::string& dir, const std::string& kind, int64_t tokens, const MoeBenchOptions& o,
+                 const HostRouting& h) {
+    const std::string path = dir + "/" + routingFileName(kind, tokens);
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
+    AFD_CHECK(f != nullptr, "cannot write routing file {}", path);
+    const int64_t header[3] = {tokens, o.top_k, o.experts};
+    const bool ok = std::fwrite(header, sizeof(header), 1, f.get()) == 1 &&
+                    std::fwrite(h.ids.data(), 4, h.ids.size(), f.get()) == h.ids.size() &&
+                    std::fwrite(h.weights.data(), 4, h.weights.size(), f.get()) == h.weights.size();
+    AFD_CHECK(ok, "short write to routing file {}", path);
+}
+
+// One layer's device data (weights, input, output).
+struct Layer {
+    DeviceMemory w13;
+    DeviceMemory w2;
+    DeviceMemory x;
+    DeviceMemory out;
+    Layer(const MoeBenchOptions& o, int64_t max_tokens, int index, cudaStream_t stream)
+        : w13(static_cast<size_t>(o.experts * 2 * o.inter * o.hidden) * 2),
+          w2(static_cast<size_t>(o.experts * o.hidden * o.inter) * 2),
+          x(static_cast<size_t>(max_tokens * o.hidden) * 2),
+          out(static_cast<size_t>(max_tokens * o.hidden) * 2) {
+        const uint64_t seed = o.seed * 1000 + static_cast<uint64_t>(index) * 10;
+        fillRandom(w13.get(), w13.bytes() / 2, seed + 1, 2.0f / std::sqrt(static_cast<float>(o.hidden)), stream);
+        fillRandom(w2.get(), w2.bytes() / 2, seed + 2, 2.0f / std::sqrt(static_cast<float>(o.inter)), stream);
+        fillRandom(x.get(), x.bytes() / 2, seed + 3, 1.0f, stream);
+    }
+};
+
+}  // namespace
+
+std::string routingFileName(const std::string& routing, int64_t tokens) {
+    return fmt::format("routing_{}_T{}.bin", routing, tokens);
+}
+
+MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
+    AFD_CHECK(deviceCount() > 0, "afd bench moe needs a CUDA device");
+    AFD_CHECK(o.layers >= 1 && o.reps >= 1, "bench moe: layers {} and reps {} must be >= 1", o.layers, o.reps);
+    MoeBenchResult result;
+    result.device = deviceInfo(0).name;
+    Stream stream;
+    result.copy_tbps = measureCopyBandwidth(stream.get());
+    result.gemm_tflops = measureGemmRate(stream.get());
+
+    const int64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
+    std::vector<std::unique_ptr<Layer>> layers;
+    for (int l = 0; l < o.layers; ++l) {
+        layers.push_back(std::make_unique<Layer>(o, max_tokens, l, stream.get()));
+    }
+    DeviceMemory ids(static_cast<size_t>(max_tokens * o.top_k) * 4);
+    DeviceMemory weights(static_cast<size_t>(max_tokens * o.top_k) * 4);
+    DeviceMemory workspace(moeCudaWorkspaceBytes(max_tokens, o.top_k, o.experts, o.hidden, o.inter));
+    AFD_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+
+    const double expert_bytes = 3.0 * static_cast<double>(o.hidden * o.inter) * 2.0;
+    for (const int64_t tokens : o.tokens) {
+        for (const std::string& kind : o.routings) {
+            const HostRouting routing = makeRouting(kind, tokens, o, o.seed + static_cast<uint64_t>(tokens));
+            if (!o.dump_routing_dir.empty()) {
+                dumpRouting(o.dump_routing_dir, kind, tokens, o, routing);
+            }
+            AFD_CUDA_CHECK(cudaMemcpy(ids.get(), routing.ids.data(), routing.ids.size() * 4, cudaMemcpyHostToDevice));
+            AFD_CUDA_CHECK(cudaMemcpy(weights.get(), routing.weights.data(), routing.weights.size() * 4,
+                                      cudaMemcpyHostToDevice));
+            auto params = [&](int l) {
+                MoeParams p;
+                p.num_tokens = tokens;
+                p.hidden = o.hidden;
+                p.inter = o.inter;
+                p.num_experts = o.experts;
+                p.top_k = o.top_k;
+                p.act_dtype = ActDType::kBf16;
+                p.x = layers[static_cast<size_t>(l)]->x.get();
+                p.topk_ids = ids.as<int32_t>();
+                p.topk_weights = weights.as<float>();
+                p.w13 = layers[static_cast<size_t>(l)]->w13.as<core::Bf16>();
+                p.w2 = layers[static_cast<size_t>(l)]->w2.as<core::Bf16>();
+                p.out = layers[static_cast<size_t>(l)]->out.get();
+                return p;
+            };
+            for (const MoeTileConfig tile : o.tiles) {
+                MoeCudaOptions options;
+                options.tile = tile;
+                MoeBenchRow row;
+                row.tokens = tokens;
+                row.routing = kind;
+                row.tile = moeTileConfigName(resolveMoeTileConfig(params(0), options));
+                if (tile == MoeTileConfig::kAuto) {
+                    row.tile = std::string("auto:") + row.tile;
+                }
+                row.distinct_experts = routing.distinct;
+                row.entries = tokens * o.top_k;
+                void* ws = workspace.get();
+                const size_t ws_bytes = workspace.bytes();
+                const cudaStream_t s = stream.get();
+                std::vector<std::unique_ptr<Graph>> graphs;
+                for (int l = 0; l < o.layers; ++l) {
+                    moeForwardCuda(params(l), ws, ws_bytes, s, options);  // eager: module load, first launch
+                    graphs.push_back(
+                        std::make_unique<Graph>(s, [&] { moeForwardCuda(params(l), ws, ws_bytes, s, options); }));
+                }
+                AFD_CUDA_CHECK(cudaStreamSynchronize(s));
+                const Timing t = timeRuns(s, o.warmup, o.reps, [&](int i) { graphs[static_cast<size_t>(i % o.layers)]->launch(s); });
+                row.median_us = t.median_us;
+                row.p10_us = t.p10_us;
+                row.p90_us = t.p90_us;
+                if (o.stages) {
+                    using StageFn = void (*)(const MoeParams&, void*, size_t, void*, const MoeCudaOptions&);
+                    const StageFn stages[4] = {&moePermuteCuda, &moeGateUpCuda, &moeDownCuda, &moeCombineCuda};
+                    double* outs[4] = {&row.permute_us, &row.gate_up_us, &row.down_us, &row.combine_us};
+                    for (int st = 0; st < 4; ++st) {
+                        std::vector<std::unique_ptr<Graph>> stage_graphs;
+                        for (int l = 0; l < o.layers; ++l) {
+                            stage_graphs.push_back(std::make_unique<Graph>(
+                                s, [&] { stages[st](params(l), ws, ws_bytes, s, options); }));
+                        }
+                        const int reps = std::max(10, o.reps / 2);
+                        *outs[st] = timeRuns(s, 3, reps, [&](int i) {
+                                        stage_graphs[static_cast<size_t>(i % o.layers)]->launch(s);
+                                    }).median_us;
+                    }
+                }
+                const double flops = 2.0 * static_cast<double>(row.entries) * 3.0 * static_cast<double>(o.hidden * o.inter);
+                row.mem_floor_us = static_cast<double>(row.distinct_experts) * expert_bytes / (result.copy_tbps * 1e12) * 1e6;
+                row.flop_floor_us = flops / (result.gemm_tflops * 1e12) * 1e6;
+                row.floor_us = std::max(row.mem_floor_us, row.flop_floor_us);
+                row.pct_of_floor = 100.0 * row.floor_us / row.median_us;
+                row.tflops = flops / (row.median_us * 1e-6) / 1e12;
+                result.rows.push_back(row);
+            }
+        }
+    }
+    return result;
+}
+
+}  // namespace afd::kernels::cuda

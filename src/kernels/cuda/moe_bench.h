@@ -1,0 +1,66 @@
+// `afd bench moe`: times the CUDA MoE layer on the device with CUDA-graph replay, rotating several layers of
+// weights so that L2 holds none of them, and states each time against its floor measured in the same run:
+//   floor = max(distinct experts touched x expert bytes / copy bandwidth, FLOPs / BF16 GEMM rate)
+// with the copy bandwidth of a large device-to-device copy (bytes read + written) and the rate of a cuBLAS
+// 8192^3 BF16 GEMM on random data. g++-includable (no CUDA headers). Throws core::Error on CUDA failures.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/moe_cuda.h"
+
+namespace afd::kernels::cuda {
+
+struct MoeBenchOptions {
+    std::vector<int64_t> tokens{1, 8, 64, 256, 1024, 4096, 16384};
+    std::vector<std::string> routings{"uniform", "zipf"};  // zipf: expert of rank r drawn with weight 1/(r+1)^s
+    std::vector<MoeTileConfig> tiles{MoeTileConfig::kAuto};
+    int64_t hidden = 2048;
+    int64_t inter = 768;
+    int64_t experts = 128;
+    int64_t top_k = 8;
+    double zipf_exponent = 1.0;
+    int layers = 5;      // weight sets rotated between replays (>= 4 keeps L2 cold)
+    int reps = 100;      // timed replays per point (median reported)
+    int warmup = 10;     // untimed replays per point
+    bool stages = true;  // also time the four stages apart (graphs of one stage each)
+    std::string dump_routing_dir;  // if set, writes routing_<name>_T<T>.bin for the peer scripts
+    uint64_t seed = 1;
+};
+
+struct MoeBenchRow {
+    int64_t tokens = 0;
+    std::string routing;
+    std::string tile;
+    int64_t distinct_experts = 0;
+    int64_t entries = 0;  // served routing entries (T * K here)
+    double median_us = 0;
+    double p10_us = 0;
+    double p90_us = 0;
+    double mem_floor_us = 0;
+    double flop_floor_us = 0;
+    double floor_us = 0;
+    double pct_of_floor = 0;
+    double tflops = 0;
+    // Stage medians (0 when not timed).
+    double permute_us = 0;
+    double gate_up_us = 0;
+    double down_us = 0;
+    double combine_us = 0;
+};
+
+struct MoeBenchResult {
+    std::string device;
+    double copy_tbps = 0;     // TB/s, bytes read + written
+    double gemm_tflops = 0;   // cuBLAS BF16 8192^3
+    std::vector<MoeBenchRow> rows;
+};
+
+MoeBenchResult runMoeBench(const MoeBenchOptions& options);
+
+// Routing file written for the peers: int64 T, K, E; int32 ids [T * K]; float32 weights [T * K].
+std::string routingFileName(const std::string& routing, int64_t tokens);
+
+}  // namespace afd::kernels::cuda

@@ -1,0 +1,75 @@
+// Combine stage of the MoE layer: out[t] = sum over t's served entries of topk_weight * y[slot], summed in fp32
+// in entry order (deterministic), rounded to bf16 once. One CTA per token, 16 bytes (8 values) per thread.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/moe_stages.h"
+#include "kernels/cuda/sm90_ptx.cuh"
+
+namespace afd::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ void accumulate(float (&acc)[8], const uint4& packed, float w) {
+    const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        acc[2 * q] += w * __uint_as_float(words[q] << 16);
+        acc[2 * q + 1] += w * __uint_as_float(words[q] & 0xffff0000u);
+    }
+}
+
+__device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
+    const uint32_t l = __bfloat16_as_ushort(__float2bfloat16_rn(lo));
+    const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(hi));
+    return l | (h << 16);
+}
+
+__global__ void __launch_bounds__(kThreads) combineKernel(const int32_t* entry_slot, const float* topk_weights,
+                                                          const uint16_t* y, uint16_t* out, int top_k, int hidden) {
+    const int t = blockIdx.x;
+    sm90::gridDependencyWait();
+    sm90::launchDependents();
+    const int32_t* slots = entry_slot + static_cast<int64_t>(t) * top_k;
+    const float* weights = topk_weights + static_cast<int64_t>(t) * top_k;
+    for (int h = threadIdx.x * 8; h < hidden; h += kThreads * 8) {
+        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        for (int j = 0; j < top_k; ++j) {
+            const int slot = __ldg(slots + j);
+            if (slot >= 0) {
+                const uint4 packed = *reinterpret_cast<const uint4*>(y + static_cast<int64_t>(slot) * hidden + h);
+                accumulate(acc, packed, __ldg(weights + j));
+            }
+        }
+        uint4 result;
+        result.x = packBf16(acc[0], acc[1]);
+        result.y = packBf16(acc[2], acc[3]);
+        result.z = packBf16(acc[4], acc[5]);
+        result.w = packBf16(acc[6], acc[7]);
+        *reinterpret_cast<uint4*>(out + static_cast<int64_t>(t) * hidden + h) = result;
+    }
+}
+
+}  // namespace
+
+cudaError_t launchMoeCombine(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, uint16_t* out,
+                             int num_tokens, int top_k, int hidden, cudaStream_t stream, bool programmatic) {
+    if (num_tokens < 1 || hidden % 8 != 0) {
+        return cudaErrorInvalidValue;
+    }
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(num_tokens));
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attr;
+    config.numAttrs = programmatic ? 1 : 0;
+    return cudaLaunchKernelEx(&config, combineKernel, entry_slot, topk_weights, y, out, top_k, hidden);
+}
+
+}  // namespace afd::kernels::cuda

@@ -1,0 +1,449 @@
+// Persistent grouped expert GEMM for Hopper (sm_90a), the two projections of the routed-expert MoE:
+//   gate-up: h[slot, i] = silu(Wg[e][i] . x[token(slot)]) * (Wu[e][i] . x[token(slot)])     (SwiGLU fused)
+//   down:    y[slot, r] = W2[e][r] . h[slot]
+// computed as D = W . X^T ("swap AB"): weight rows fill the 64-row M side of wgmma and a tile of up to
+// kBlockTokens tokens of one expert is the N side, so a decode step with one token per expert still runs
+// m64n8 instructions while the weights stream at full rate.
+//
+// Work item = (expert, weight-row tile, token tile), listed expert-major with the token tile fastest so that
+// items sharing a weight tile run at the same time and share it in L2. The grid is persistent (occupancy x SMs)
+// and each CTA takes items blockIdx.x, blockIdx.x + gridDim.x, … The item list comes from the permute stage's
+// device-side offsets: the host never learns the counts.
+//
+// CTA = one producer warpgroup + kConsumers consumer warpgroups, a kStages-deep ring of shared-memory stages,
+// each stage = weight tile [64 * kConsumers rows x 64 k] loaded by TMA (thread 0) + token tile
+// [kBlockTokens x 64 k] gathered with 16-byte cp.async by all producer threads (rows of x picked through
+// slot_token, or rows of h in slot order). Both land in the 128-byte swizzled K-major layout wgmma reads.
+// full[s] completes on 1 arrive.expect_tx (the TMA bytes) + 128 cp.async arrivals; empty[s] on one arrival
+// per consumer thread once its wgmma reading the stage has retired.
+//
+// Gate-up rows are interleaved by TMA so that each consumer thread holds gate and up of the same intermediate
+// column: within each 16-row group of a warp, smem rows 0-7 are 8 gate rows and rows 8-15 the matching up rows
+// (the wgmma accumulator gives a thread rows r and r + 8).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/cuda/moe_grouped_gemm.h"
+#include "kernels/cuda/moe_stages.h"
+#include "kernels/cuda/sm90_ptx.cuh"
+#include "kernels/cuda/sm90_wgmma.cuh"
+
+namespace afd::kernels::cuda::grouped_gemm {
+
+inline constexpr int kBlockK = 64;      // reduction elements per stage: one 128-byte swizzle row of bf16
+inline constexpr int kRowBytes = 128;
+inline constexpr int kWarpgroup = 128;  // threads
+inline constexpr int kWeightRowsPerConsumer = 64;
+
+template <bool kGateUp, int kConsumers, int kBlockTokens, int kStages>
+struct Layout {
+    static constexpr int kABytes = kConsumers * kWeightRowsPerConsumer * kRowBytes;  // per stage
+    static constexpr int kBBytes = kBlockTokens * kRowBytes;                         // per stage
+    static constexpr int kEpiTokens = kBlockTokens < 64 ? kBlockTokens : 64;          // tokens per epilogue pass
+    static constexpr int kEpiCols = kGateUp ? 32 : 64;  // outputs per token and consumer
+    static constexpr int kEpiStride = kEpiCols + 8;     // bf16; the pad makes the staging stores conflict-free
+    static constexpr int kEpiBytes = kEpiTokens * kEpiStride * 2;
+    static constexpr int kAOffset = 0;
+    static constexpr int kBOffset = kAOffset + kStages * kABytes;
+    static constexpr int kEpiOffset = kBOffset + kStages * kBBytes;
+    static constexpr int kBarOffset = kEpiOffset + kConsumers * kEpiBytes;
+    static constexpr int kPrefixOffset = kBarOffset + 2 * kStages * 8;
+    static constexpr int kThreads = kWarpgroup * (kConsumers + 1);
+    static_assert(kBOffset % 1024 == 0 && kEpiOffset % 1024 == 0, "stages must stay 1024-byte aligned");
+    static_assert(kEpiBytes % 16 == 0 && kBarOffset % 8 == 0, "staging and barriers alignment");
+    static_assert(1024 + kPrefixOffset + 2 * (kMaxPermuteExperts + 1) * 4 <= 227 * 1024, "shared memory per CTA");
+
+    // Dynamic shared memory: 1024 bytes of alignment slack + the fixed part + tile and slot prefixes.
+    static constexpr size_t bytes(int num_experts) {
+        return 1024 + static_cast<size_t>(kPrefixOffset) + 2 * static_cast<size_t>(num_experts + 1) * 4;
+    }
+};
+
+struct Item {
+    int expert;
+    int n_tile;     // weight-row tile within the expert
+    int slot_base;  // first slot of the token tile
+    int ntok;       // tokens in the tile, 1..kBlockTokens
+};
+
+// Item `it` of the expert-major list; tiles/slots are the shared-memory copies of tile_offset/slot_offset.
+template <int kBlockTokens>
+__device__ __forceinline__ Item decodeItem(int it, const int* tiles, const int* slots, int num_experts,
+                                           int n_tiles) {
+    // The largest expert whose first item is <= it; it cannot be an empty expert (its successor would qualify).
+    int lo = 0;
+    int hi = num_experts - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (tiles[mid] * n_tiles <= it) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    const int local = it - tiles[lo] * n_tiles;
+    const int m_tiles = tiles[lo + 1] - tiles[lo];
+    const int n = local / m_tiles;
+    const int m = local - n * m_tiles;
+    const int count = slots[lo + 1] - slots[lo];
+    Item item;
+    item.expert = lo;
+    item.n_tile = n;
+    item.slot_base = slots[lo] + m * kBlockTokens;
+    item.ntok = min(kBlockTokens, count - m * kBlockTokens);
+    return item;
+}
+
+// wgmma N for a tile of ntok tokens: the smallest of 8, 16, 32 … kBlockTokens that holds them.
+template <int kBlockTokens>
+__device__ __forceinline__ int paddedTokens(int ntok) {
+    int n = 8;
+    while (n < ntok && n < kBlockTokens) {
+        n *= 2;
+    }
+    return n;
+}
+
+__device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }
+
+__device__ __forceinline__ uint16_t toBf16Bits(float v) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+template <bool kGateUp, int kConsumers, int kBlockTokens, int kStages>
+struct Kernel {
+    using L = Layout<kGateUp, kConsumers, kBlockTokens, kStages>;
+
+    struct Shared {
+        uint8_t* base;
+        uint64_t* full;
+        uint64_t* empty;
+        const int* tiles;
+        const int* slots;
+    };
+
+    // Weight tile of (item, kb) into stage `stage`: arrive.expect_tx then the TMA copies.
+    __device__ __forceinline__ static void issueWeights(const CUtensorMap* tmap, const GroupedGemmArgs& args,
+                                                        const Shared& sh, int stage, const Item& item, int kb,
+                                                        uint64_t policy) {
+        uint8_t* a = sh.base + L::kAOffset + stage * L::kABytes;
+        uint64_t* bar = &sh.full[stage];
+        sm90::mbarArriveExpectTx(bar, L::kABytes);
+        const int k0 = kb * kBlockK;
+        if constexpr (kGateUp) {
+            const int row0 = item.expert * args.a_rows + item.n_tile * 32 * kConsumers;
+#pragma unroll
+            for (int c = 0; c < kConsumers; ++c) {
+#pragma unroll
+                for (int b = 0; b < 4; ++b) {
+#pragma unroll
+                    for (int g = 0; g < 2; ++g) {
+                        const int smem_row = c * 64 + b * 16 + g * 8;
+                        const int row = row0 + g * args.inter + c * 32 + b * 8;
+                        sm90::tmaLoad2d(a + smem_row * kRowBytes, tmap, bar, k0, row, policy);
+                    }
+                }
+            }
+        } else {
+            const int row = item.expert * args.a_rows + item.n_tile * kWeightRowsPerConsumer * kConsumers;
+            sm90::tmaLoad2d(a, tmap, bar, k0, row, policy);
+        }
+    }
+
+    // Token tile of (item, kb) into stage `stage` by the 128 producer threads (ptid), rows [0, npad); rows past
+    // ntok and columns past k are zero-filled.
+    __device__ __forceinline__ static void issueTokens(const GroupedGemmArgs& args, const Shared& sh, int stage,
+                                                       const Item& item, int npad, int kb, int ptid) {
+        const uint32_t b_addr = sm90::smemAddr(sh.base + L::kBOffset + stage * L::kBBytes);
+        const int k_base = kb * kBlockK;
+        for (int idx = ptid; idx < npad * 8; idx += kWarpgroup) {
+            const int row = idx >> 3;
+            const int chunk = idx & 7;
+            const int k = k_base + chunk * 8;
+            const bool valid = row < item.ntok && k < args.k;
+            const uint16_t* src = args.b_src;
+            if (valid) {
+                const int64_t src_row =
+                    kGateUp ? static_cast<int64_t>(__ldg(args.slot_token + item.slot_base + row)) : item.slot_base + row;
+                src = args.b_src + src_row * args.b_ld + k;
+            }
+            sm90::cpAsync16(b_addr + row * kRowBytes + ((chunk ^ (row & 7)) << 4), src, valid);
+        }
+    }
+
+    __device__ static void produce(const CUtensorMap* tmap, const GroupedGemmArgs& args, const Shared& sh,
+                                   int total_items, int k_blocks) {
+        const int ptid = threadIdx.x;
+        const uint64_t policy = sm90::policyEvictFirst();
+        int prefetched = 0;
+        if constexpr (!kGateUp) {
+            // The weights do not depend on the previous kernel: start streaming them before waiting for it.
+            for (int it = blockIdx.x; it < total_items && prefetched < kStages; it += gridDim.x) {
+                const Item item = decodeItem<kBlockTokens>(it, sh.tiles, sh.slots, args.num_experts, args.n_tiles);
+                for (int kb = 0; kb < k_blocks && prefetched < kStages; ++kb, ++prefetched) {
+                    if (ptid == 0) {
+                        issueWeights(tmap, args, sh, prefetched, item, kb, policy);
+                    }
+                }
+            }
+            sm90::gridDependencyWait();
+            sm90::launchDependents();
+        }
+        int iter = 0;
+        for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
+            const Item item = decodeItem<kBlockTokens>(it, sh.tiles, sh.slots, args.num_experts, args.n_tiles);
+            const int npad = paddedTokens<kBlockTokens>(item.ntok);
+            for (int kb = 0; kb < k_blocks; ++kb, ++iter) {
+                const int stage = iter % kStages;
+                const uint32_t phase = (iter / kStages) & 1;
+                if (iter >= prefetched) {
+                    sm90::mbarWait(&sh.empty[stage], phase ^ 1);
+                    if (ptid == 0) {
+                        issueWeights(tmap, args, sh, stage, item, kb, policy);
+                    }
+                }
+                issueTokens(args, sh, stage, item, npad, kb, ptid);
+                sm90::cpAsyncArriveNoinc(&sh.full[stage]);
+            }
+        }
+    }
+
+    // Writes the item's outputs from the accumulator through the consumer's staging buffer, 64 tokens a pass.
+    template <int N>
+    __device__ __forceinline__ static void epilogue(float (&acc)[N / 2], const GroupedGemmArgs& args,
+                                                    const Shared& sh, const Item& item, int wg, int ctid) {
+        const int warp = ctid >> 5;
+        const int lane = ctid & 31;
+        uint16_t* stg = reinterpret_cast<uint16_t*>(sh.base + L::kEpiOffset + wg * L::kEpiBytes);
+        constexpr int kChunk = N < 64 ? N : 64;
+        constexpr int kStride = L::kEpiStride;
+        constexpr int kVecPerRow = L::kEpiCols / 8;
+        const int col0 = kGateUp ? item.n_tile * 32 * kConsumers + 32 * wg
+                                 : item.n_tile * kWeightRowsPerConsumer * kConsumers + 64 * wg;
+#pragma unroll
+        for (int ch = 0; ch < N / kChunk; ++ch) {
+            sm90::namedBarrierSync(1 + wg, kWarpgroup);  // the previous pass has read the staging buffer
+#pragma unroll
+            for (int jj = 0; jj < kChunk / 8; ++jj) {
+                const int j = ch * (kChunk / 8) + jj;
+                const int tok = jj * 8 + 2 * (lane & 3);
+                if constexpr (kGateUp) {
+                    const int col = 8 * warp + (lane >> 2);
+                    stg[tok * kStride + col] = toBf16Bits(silu(acc[4 * j]) * acc[4 * j + 2]);
+                    stg[(tok + 1) * kStride + col] = toBf16Bits(silu(acc[4 * j + 1]) * acc[4 * j + 3]);
+                } else {
+                    const int row = 16 * warp + (lane >> 2);
+                    // NOTE: "+ 0.0f" keeps ptxas from serializing the wgmma pipeline (C7514) over plain
+                    // conversions of accumulator registers; it is not folded (-0 + 0 = +0).
+                    stg[tok * kStride + row] = toBf16Bits(acc[4 * j] + 0.0f);
+                    stg[(tok + 1) * kStride + row] = toBf16Bits(acc[4 * j + 1] + 0.0f);
+                    stg[tok * kStride + row + 8] = toBf16Bits(acc[4 * j + 2] + 0.0f);
+                    stg[(tok + 1) * kStride + row + 8] = toBf16Bits(acc[4 * j + 3] + 0.0f);
+                }
+            }
+            sm90::namedBarrierSync(1 + wg, kWarpgroup);
+            const int rows = min(kChunk, item.ntok - ch * kChunk);
+            for (int idx = ctid; idx < rows * kVecPerRow; idx += kWarpgroup) {
+                const int r = idx / kVecPerRow;
+                const int v = idx - r * kVecPerRow;
+                const uint4 val = *reinterpret_cast<const uint4*>(stg + r * kStride + v * 8);
+                const int64_t slot = item.slot_base + ch * kChunk + r;
+                *reinterpret_cast<uint4*>(args.out + slot * args.out_ld + col0 + v * 8) = val;
+            }
+        }
+    }
+
+    template <int N>
+    __device__ __forceinline__ static void consumeItem(const GroupedGemmArgs& args, const Shared& sh,
+                                                       const Item& item, int k_blocks, int& iter, int wg, int ctid) {
+        float acc[N / 2];
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) {
+            acc[i] = 0.0f;
+        }
+        int prev_stage = 0;
+        for (int kb = 0; kb < k_blocks; ++kb, ++iter) {
+            const int stage = iter % kStages;
+            const uint32_t phase = (iter / kStages) & 1;
+            sm90::mbarWait(&sh.full[stage], phase);
+            sm90::fenceProxyAsyncShared();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+            const uint64_t desc_a =
+                sm90::makeSmemDesc(sh.base + L::kAOffset + stage * L::kABytes + wg * kWeightRowsPerConsumer * kRowBytes);
+            const uint64_t desc_b = sm90::makeSmemDesc(sh.base + L::kBOffset + stage * L::kBBytes);
+#pragma unroll
+            for (int i = 0; i < N / 2; ++i) {
+                sm90::fenceOperand(acc[i]);
+            }
+            sm90::wgmmaFence();
+#pragma unroll
+            for (int kk = 0; kk < kBlockK / 16; ++kk) {
+                // +32 bytes of K per step = +2 in the descriptor's 16-byte address units.
+                sm90::Wgmma<N>::mma(acc, desc_a + 2 * kk, desc_b + 2 * kk, (kb > 0 || kk > 0) ? 1 : 0);
+            }
+            sm90::wgmmaCommit();
+#pragma unroll
+            for (int i = 0; i < N / 2; ++i) {
+                sm90::fenceOperand(acc[i]);
+            }
+            if (kb > 0) {
+                sm90::wgmmaWait<1>();  // the previous stage's wgmma have retired
+                sm90::mbarArrive(&sh.empty[prev_stage]);
+            }
+            prev_stage = stage;
+        }
+        sm90::wgmmaWait<0>();
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) {
+            sm90::fenceOperand(acc[i]);
+        }
+        sm90::mbarArrive(&sh.empty[prev_stage]);
+        epilogue<N>(acc, args, sh, item, wg, ctid);
+    }
+
+    __device__ static void consume(const GroupedGemmArgs& args, const Shared& sh, int total_items, int k_blocks,
+                                   int wg) {
+        const int ctid = threadIdx.x - kWarpgroup * (wg + 1);
+        int iter = 0;
+        for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
+            const Item item = decodeItem<kBlockTokens>(it, sh.tiles, sh.slots, args.num_experts, args.n_tiles);
+            switch (paddedTokens<kBlockTokens>(item.ntok)) {
+                case 8:
+                    consumeItem<8>(args, sh, item, k_blocks, iter, wg, ctid);
+                    break;
+                case 16:
+                    if constexpr (kBlockTokens >= 16) consumeItem<16>(args, sh, item, k_blocks, iter, wg, ctid);
+                    break;
+                case 32:
+                    if constexpr (kBlockTokens >= 32) consumeItem<32>(args, sh, item, k_blocks, iter, wg, ctid);
+                    break;
+                case 64:
+                    if constexpr (kBlockTokens >= 64) consumeItem<64>(args, sh, item, k_blocks, iter, wg, ctid);
+                    break;
+                case 128:
+                    if constexpr (kBlockTokens >= 128) consumeItem<128>(args, sh, item, k_blocks, iter, wg, ctid);
+                    break;
+                default:
+                    if constexpr (kBlockTokens >= 256) consumeItem<256>(args, sh, item, k_blocks, iter, wg, ctid);
+                    break;
+            }
+        }
+    }
+};
+
+template <bool kGateUp, int kConsumers, int kBlockTokens, int kStages>
+__global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ? 2 : 1)
+    groupedGemmKernel(const __grid_constant__ CUtensorMap tmap, const GroupedGemmArgs args) {
+    using K = Kernel<kGateUp, kConsumers, kBlockTokens, kStages>;
+    using L = typename K::L;
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+    typename K::Shared sh;
+    sh.base = base;
+    sh.full = reinterpret_cast<uint64_t*>(base + L::kBarOffset);
+    sh.empty = sh.full + kStages;
+    int* tiles = reinterpret_cast<int*>(base + L::kPrefixOffset);
+    int* slots = tiles + args.num_experts + 1;
+    sh.tiles = tiles;
+    sh.slots = slots;
+
+    if (threadIdx.x == 0) {
+        sm90::prefetchTensorMap(&tmap);
+        for (int s = 0; s < kStages; ++s) {
+            sm90::mbarInit(&sh.full[s], kWarpgroup + 1);
+            sm90::mbarInit(&sh.empty[s], kConsumers * kWarpgroup);
+        }
+        sm90::fenceBarrierInit();
+    }
+    if constexpr (kGateUp) {
+        // Reads the permute stage's offsets and the previous layer's x: wait for the previous kernel.
+        sm90::gridDependencyWait();
+        sm90::launchDependents();
+    }
+    // NOTE: the down kernel reads these before its dependency wait; the permute kernel that wrote them finished
+    // before the gate-up kernel (which this one waits for) let it launch.
+    for (int i = threadIdx.x; i <= args.num_experts; i += blockDim.x) {
+        tiles[i] = args.tile_offset[i];
+        slots[i] = args.slot_offset[i];
+    }
+    __syncthreads();
+    const int total_items = tiles[args.num_experts] * args.n_tiles;
+    const int k_blocks = (args.k + kBlockK - 1) / kBlockK;
+    const int warpgroup = threadIdx.x / kWarpgroup;
+    // NOTE: no setmaxnreg: with a 56-register producer ptxas spilled in the producer's address arithmetic, while
+    // the uniform 168-register budget of 384 threads holds the 128 accumulators of a 64 x 256 tile.
+    if (warpgroup == 0) {
+        K::produce(&tmap, args, sh, total_items, k_blocks);
+    } else {
+        if constexpr (!kGateUp) {
+            sm90::gridDependencyWait();
+            sm90::launchDependents();
+        }
+        K::consume(args, sh, total_items, k_blocks, warpgroup - 1);
+    }
+}
+
+// Host side: sizes the persistent grid from the occupancy and launches (programmatic serialization optional).
+template <bool kGateUp, int kConsumers, int kBlockTokens, int kStages>
+cudaError_t launch(const CUtensorMap& tmap, const GroupedGemmArgs& args, int sm_count, cudaStream_t stream,
+                   bool programmatic) {
+    using L = Layout<kGateUp, kConsumers, kBlockTokens, kStages>;
+    auto kernel = groupedGemmKernel<kGateUp, kConsumers, kBlockTokens, kStages>;
+    const size_t smem = L::bytes(args.num_experts);
+    // The shared-memory limit is raised once per device (to the most any expert count needs), so that launches
+    // inside a stream capture make no attribute calls.
+    static std::atomic<uint64_t> configured_devices{0};
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err != cudaSuccess) {
+        return err;
+    }
+    const uint64_t device_bit = device < 64 ? (uint64_t{1} << device) : 0;
+    if (device_bit == 0 || (configured_devices.load(std::memory_order_acquire) & device_bit) == 0) {
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(L::bytes(kMaxPermuteExperts)));
+        if (err != cudaSuccess) {
+            return err;
+        }
+        configured_devices.fetch_or(device_bit, std::memory_order_acq_rel);
+    }
+    int blocks_per_sm = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, L::kThreads, smem);
+    if (err != cudaSuccess) {
+        return err;
+    }
+    if (blocks_per_sm < 1) {
+        return cudaErrorInvalidConfiguration;
+    }
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(blocks_per_sm * sm_count));
+    config.blockDim = dim3(L::kThreads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attr;
+    config.numAttrs = programmatic ? 1 : 0;
+    return cudaLaunchKernelEx(&config, kernel, tmap, args);
+}
+
+}  // namespace afd::kernels::cuda::grouped_gemm
+
+// Defines launchGroupedGemm<name> for the shape constant k<name>Shape (moe_grouped_gemm.h).
+#define AFD_DEFINE_GROUPED_GEMM(name)                                                                              \
+    namespace afd::kernels::cuda {                                                                                 \
+    cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap, const GroupedGemmArgs& args,        \
+                                        int sm_count, cudaStream_t stream, bool programmatic) {                    \
+        constexpr TileShape s = k##name##Shape;                                                                    \
+        return gate_up ? grouped_gemm::launch<true, s.consumers, s.block_tokens, s.stages>(tmap, args, sm_count,   \
+                                                                                           stream, programmatic)  \
+                       : grouped_gemm::launch<false, s.consumers, s.block_tokens, s.stages>(tmap, args, sm_count,  \
+                                                                                            stream, programmatic); \
+    }                                                                                                              \
+    }

@@ -1,0 +1,36 @@
+// Internal launchers of the MoE permute and combine stages and of the router (moe_permute.cu, moe_combine.cu,
+// router.cu). Each returns the launch status; the host code in moe_cuda.cpp checks it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace afd::kernels::cuda {
+
+// Most experts the permute stage handles (one CTA; one thread per expert in the scan).
+inline constexpr int kMaxPermuteExperts = 1024;
+
+// Groups the routing entries by expert. topk_ids [num_entries] (entry t*K + j); ids outside [0, num_experts)
+// are not served. Writes expert_count [E], slot_offset [E + 1], tile_offset [E + 1] (tiles of block_tokens),
+// entry_slot [num_entries] (-1 when not served) and slot_token [valid entries]. One CTA.
+cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
+                             int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot,
+                             int32_t* slot_token, cudaStream_t stream, bool programmatic);
+
+// out[t] = sum_j topk_weights[t, j] * y[entry_slot[t, j]] over served entries (fp32), bf16 out [T, H];
+// zero for a token with no served entry. hidden % 8 == 0.
+cudaError_t launchMoeCombine(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, uint16_t* out,
+                             int num_tokens, int top_k, int hidden, cudaStream_t stream, bool programmatic);
+
+// Router: logits = x . gate_w^T (bf16 tensor cores, fp32 accumulation), softmax, top-k, optional renormalisation.
+// x [T, H] bf16, gate_w [E, H] bf16, logits [T, E] fp32 (may be null), topk_ids/topk_weights [T, K].
+// hidden % 16 == 0, num_experts % 32 == 0, num_experts <= 256, top_k <= min(32, num_experts).
+cudaError_t launchRouter(const uint16_t* x, const uint16_t* gate_w, float* logits, int32_t* topk_ids,
+                         float* topk_weights, int num_tokens, int hidden, int num_experts, int top_k, bool renormalize,
+                         cudaStream_t stream);
+
+// Fills n bf16 values with uniform random numbers in [-scale, scale) from (seed, index) (benchmarks, tests).
+cudaError_t launchFillRandomBf16(uint16_t* data, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
+
+}  // namespace afd::kernels::cuda

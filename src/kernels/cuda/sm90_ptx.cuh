@@ -1,0 +1,138 @@
+// Thin device wrappers over the Hopper (sm_90a) instructions the MoE kernels use: mbarriers, the bulk tensor copy
+// engine (TMA), cp.async with mbarrier completion, wgmma descriptors and fences, programmatic dependent launch.
+// Included by .cu files only.
+#pragma once
+
+#include <cstdint>
+
+namespace afd::kernels::cuda::sm90 {
+
+__device__ __forceinline__ uint32_t smemAddr(const void* ptr) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+// ---- mbarrier -------------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void mbarInit(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smemAddr(bar)), "r"(count) : "memory");
+}
+
+// Makes initialised barriers visible to the async proxy (TMA) and to the other threads after a __syncthreads.
+__device__ __forceinline__ void fenceBarrierInit() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+__device__ __forceinline__ void mbarArrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smemAddr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbarArriveExpectTx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smemAddr(bar)), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ bool mbarTryWait(uint64_t* bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(smemAddr(bar)), "r"(parity)
+        : "memory");
+    return done != 0;
+}
+
+// Waits until the phase with the given parity has completed. A pipeline that stops making progress is a bug
+// (a lost arrival, a wrong byte count): after ~2^28 polls (seconds) the kernel traps instead of hanging the
+// device, which the host sees as a launch failure.
+__device__ __forceinline__ void mbarWait(uint64_t* bar, uint32_t parity) {
+    uint32_t polls = 0;
+    while (!mbarTryWait(bar, parity)) {
+        if (++polls == (1u << 28)) {
+            __trap();
+        }
+    }
+}
+
+// ---- bulk tensor copy (TMA) -----------------------------------------------------------------------------------
+
+__device__ __forceinline__ void prefetchTensorMap(const void* tmap) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
+}
+
+// L2 policy for data read once (streamed weights): evict first.
+__device__ __forceinline__ uint64_t policyEvictFirst() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+
+// 2-D tiled load of box {c0.., c1..} of `tmap` into shared memory at `dst`, completing `bytes` on `bar`.
+__device__ __forceinline__ void tmaLoad2d(void* dst, const void* tmap, uint64_t* bar, int32_t c0, int32_t c1,
+                                          uint64_t policy) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smemAddr(dst)),
+        "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smemAddr(bar)), "r"(c0), "r"(c1), "l"(policy)
+        : "memory");
+}
+
+// ---- cp.async (16-byte, L2 only) ------------------------------------------------------------------------------
+
+// Copies 16 bytes from global `src` to shared `dst`; with `valid` false writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, bool valid) {
+    const uint32_t src_size = valid ? 16u : 0u;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_size) : "memory");
+}
+
+// Arrives on `bar` once all cp.async of this thread issued so far have landed (counts as one of the barrier's
+// expected arrivals).
+__device__ __forceinline__ void cpAsyncArriveNoinc(uint64_t* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smemAddr(bar)) : "memory");
+}
+
+// Orders this thread's view of shared memory written through the generic proxy (st.shared, cp.async) before its
+// later async-proxy accesses (wgmma operand reads, TMA).
+__device__ __forceinline__ void fenceProxyAsyncShared() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// ---- wgmma ----------------------------------------------------------------------------------------------------
+
+// Shared-memory matrix descriptor for a K-major bf16 tile stored as rows of 128 bytes (64 elements) with the
+// 128-byte swizzle, 8-row groups 1024 bytes apart; the tile base must be 1024-byte aligned.
+__device__ __forceinline__ uint64_t makeSmemDesc(const void* tile) {
+    const uint64_t addr = smemAddr(tile);
+    uint64_t desc = (addr & 0x3FFFFull) >> 4;  // start address, 16-byte units
+    desc |= 1ull << 16;                        // leading byte offset (unused for swizzled K-major)
+    desc |= (1024ull >> 4) << 32;              // stride byte offset: 8 rows x 128 bytes
+    desc |= 1ull << 62;                        // layout: 128-byte swizzle
+    return desc;
+}
+
+__device__ __forceinline__ void wgmmaFence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmmaWait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving accumulator reads/writes across wgmma issue/wait points.
+__device__ __forceinline__ void fenceOperand(float& reg) { asm volatile("" : "+f"(reg)::"memory"); }
+
+// ---- named barriers, programmatic dependent launch -------------------------------------------------
+
+__device__ __forceinline__ void namedBarrierSync(uint32_t id, uint32_t threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Blocks until the grids this one depends on (programmatic launch) have completed and their writes are visible;
+// a no-op for a normal launch.
+__device__ __forceinline__ void gridDependencyWait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// Lets the next kernel in the stream (launched with programmatic serialization) start its prologue.
+__device__ __forceinline__ void launchDependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+}  // namespace afd::kernels::cuda::sm90

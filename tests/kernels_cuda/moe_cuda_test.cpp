@@ -1,0 +1,415 @@
+// Op-by-op harness of the CUDA MoE layer against fp32 CPU references: every stage (permute, gate-up + SwiGLU,
+// down, combine) and the whole layer, on fresh random inputs of many shapes (T = 0 and 1, experts with no tokens,
+// all tokens on one expert, unserved entries, skewed routing, the Qwen3-30B-A3B layer), for every tile
+// configuration, with outputs and workspace poisoned (NaN) before each run. BF16 paths must reach a relative
+// L2 error under 1e-2. Also: replay of a captured CUDA graph after the routing changed, and the error paths.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/moe_cuda.h"
+#include "kernels_cuda/cuda_test_util.h"
+
+namespace afd::kernels {
+namespace {
+
+using test::DeviceBuffer;
+using test::Routing;
+
+constexpr double kBf16Tolerance = 1e-2;
+
+bool haveHopper() {
+    if (cuda::deviceCount() == 0) {
+        return false;
+    }
+    return cuda::deviceInfo(0).compute_major >= 9;
+}
+
+#define AFD_REQUIRE_HOPPER()                                    \
+    do {                                                        \
+        if (cuda::deviceCount() == 0) {                         \
+            GTEST_SKIP() << "no CUDA device";                   \
+        }                                                       \
+        if (!haveHopper()) {                                    \
+            GTEST_SKIP() << "the MoE kernels need sm_90 (Hopper)"; \
+        }                                                       \
+    } while (0)
+
+struct Case {
+    std::string name;
+    int64_t tokens, hidden, inter, experts, top_k;
+    Routing routing;
+};
+
+// One problem: host inputs, their device copies, outputs and workspace.
+struct Problem {
+    Case c;
+    std::vector<core::Bf16> x, w13, w2;
+    test::RoutingTable routing;
+    DeviceBuffer d_x, d_w13, d_w2, d_ids, d_weights, d_out, d_ws;
+
+    Problem(const Case& kase, std::mt19937& rng) : c(kase) {
+        x = test::randomBf16(static_cast<size_t>(c.tokens * c.hidden), 1.0f, rng);
+        // Scales keep h and y of order one, so the relative errors measure the kernels, not cancellation.
+        w13 = test::randomBf16(static_cast<size_t>(c.experts * 2 * c.inter * c.hidden), 2.0f / std::sqrt(c.hidden),
+                               rng);
+        w2 = test::randomBf16(static_cast<size_t>(c.experts * c.hidden * c.inter), 2.0f / std::sqrt(c.inter), rng);
+        routing = test::makeRouting(c.tokens, c.experts, c.top_k, c.routing, rng);
+        d_x = DeviceBuffer::from(x);
+        d_w13 = DeviceBuffer::from(w13);
+        d_w2 = DeviceBuffer::from(w2);
+        d_ids = DeviceBuffer::from(routing.ids);
+        d_weights = DeviceBuffer::from(routing.weights);
+        d_out = DeviceBuffer(static_cast<size_t>(c.tokens * c.hidden) * 2);
+        d_ws = DeviceBuffer(moeCudaWorkspaceBytes(c.tokens, c.top_k, c.experts, c.hidden, c.inter));
+    }
+
+    MoeParams params() const {
+        MoeParams p;
+        p.num_tokens = c.tokens;
+        p.hidden = c.hidden;
+        p.inter = c.inter;
+        p.num_experts = c.experts;
+        p.top_k = c.top_k;
+        p.act_dtype = ActDType::kBf16;
+        p.x = d_x.get();
+        p.topk_ids = d_ids.as<int32_t>();
+        p.topk_weights = d_weights.as<float>();
+        p.w13 = d_w13.as<core::Bf16>();
+        p.w2 = d_w2.as<core::Bf16>();
+        p.out = d_out.get();
+        return p;
+    }
+
+    void poisonOutputs() {
+        d_out.poison();
+        d_ws.poison();
+    }
+
+    std::vector<float> out() const { return test::toFloat(d_out.download<core::Bf16>(d_out.bytes() / 2)); }
+};
+
+std::vector<Case> cases() {
+    return {
+        {"tiny_model_T1", 1, 64, 32, 8, 2, Routing::kUniform},
+        {"T0", 0, 128, 64, 4, 2, Routing::kUniform},
+        {"unserved_entries", 29, 128, 64, 4, 2, Routing::kWithUnserved},
+        {"inter_not_multiple_of_64", 37, 256, 96, 16, 4, Routing::kUniform},
+        {"all_on_one_expert", 300, 128, 128, 8, 1, Routing::kOneExpert},
+        {"most_experts_empty", 3, 128, 64, 32, 2, Routing::kUniform},
+        {"skewed", 200, 128, 64, 16, 4, Routing::kSkewed},
+        {"dense_routing", 513, 192, 64, 8, 8, Routing::kUniform},
+        {"qwen3_30b_a3b_T16", 16, 2048, 768, 128, 8, Routing::kUniform},
+    };
+}
+
+std::vector<MoeTileConfig> configsFor(const Case& c) {
+    std::vector<MoeTileConfig> configs;
+    for (MoeTileConfig t : {MoeTileConfig::kAuto, MoeTileConfig::kSmall16, MoeTileConfig::kSmall32,
+                            MoeTileConfig::kSmall64, MoeTileConfig::kSmall128, MoeTileConfig::kWide128,
+                            MoeTileConfig::kWide256}) {
+        const int consumers = (t == MoeTileConfig::kWide128 || t == MoeTileConfig::kWide256) ? 2 : 1;
+        if (c.inter % (32 * consumers) == 0 && c.hidden % (64 * consumers) == 0) {
+            configs.push_back(t);
+        }
+    }
+    return configs;
+}
+
+int blockTokens(MoeTileConfig config) {
+    switch (config) {
+        case MoeTileConfig::kSmall16:
+            return 16;
+        case MoeTileConfig::kSmall32:
+            return 32;
+        case MoeTileConfig::kSmall64:
+            return 64;
+        case MoeTileConfig::kSmall128:
+        case MoeTileConfig::kWide128:
+            return 128;
+        case MoeTileConfig::kWide256:
+            return 256;
+        case MoeTileConfig::kAuto:
+            break;
+    }
+    return 0;
+}
+
+struct PermuteResult {
+    std::vector<int32_t> count, slot_offset, tile_offset, entry_slot, slot_token;
+};
+
+// Checks the permute stage against the routing table: counts, offsets, a bijection entries <-> slots inside
+// each expert's range, and the token of every slot.
+PermuteResult checkPermutation(const Problem& p, const MoeWorkspaceView& v, int block_tokens) {
+    const int64_t e_count = p.c.experts;
+    const int64_t entries = p.c.tokens * p.c.top_k;
+    PermuteResult r;
+    auto download = [](const int32_t* ptr, int64_t n) {
+        std::vector<int32_t> h(static_cast<size_t>(n));
+        AFD_CUDA_CHECK(cudaMemcpy(h.data(), ptr, h.size() * 4, cudaMemcpyDeviceToHost));
+        return h;
+    };
+    r.count = download(v.expert_count, e_count);
+    r.slot_offset = download(v.slot_offset, e_count + 1);
+    r.tile_offset = download(v.tile_offset, e_count + 1);
+    r.entry_slot = download(v.entry_slot, entries);
+    r.slot_token = download(v.slot_token, entries);
+
+    std::vector<int32_t> want_count(static_cast<size_t>(e_count), 0);
+    for (int32_t id : p.routing.ids) {
+        if (id >= 0) {
+            ++want_count[static_cast<size_t>(id)];
+        }
+    }
+    EXPECT_EQ(r.count, want_count);
+    int32_t slot_sum = 0;
+    int32_t tile_sum = 0;
+    for (int64_t e = 0; e < e_count; ++e) {
+        EXPECT_EQ(r.slot_offset[static_cast<size_t>(e)], slot_sum) << "expert " << e;
+        EXPECT_EQ(r.tile_offset[static_cast<size_t>(e)], tile_sum) << "expert " << e;
+        slot_sum += want_count[static_cast<size_t>(e)];
+        tile_sum += (want_count[static_cast<size_t>(e)] + block_tokens - 1) / block_tokens;
+    }
+    EXPECT_EQ(r.slot_offset[static_cast<size_t>(e_count)], slot_sum);
+    EXPECT_EQ(r.tile_offset[static_cast<size_t>(e_count)], tile_sum);
+    std::vector<int> seen(static_cast<size_t>(slot_sum), 0);
+    for (int64_t i = 0; i < entries; ++i) {
+        const int32_t id = p.routing.ids[static_cast<size_t>(i)];
+        const int32_t slot = r.entry_slot[static_cast<size_t>(i)];
+        if (id < 0) {
+            EXPECT_EQ(slot, -1) << "entry " << i;
+            continue;
+        }
+        const bool in_range =
+            slot >= r.slot_offset[static_cast<size_t>(id)] && slot < r.slot_offset[static_cast<size_t>(id) + 1];
+        EXPECT_TRUE(in_range) << "entry " << i << " slot " << slot << " outside expert " << id;
+        if (!in_range) {
+            continue;
+        }
+        ++seen[static_cast<size_t>(slot)];
+        EXPECT_EQ(r.slot_token[static_cast<size_t>(slot)], i / p.c.top_k) << "entry " << i;
+    }
+    EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; })) << "slots are not a bijection";
+    return r;
+}
+
+TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
+    AFD_REQUIRE_HOPPER();
+    std::mt19937 rng(20240611);
+    for (const Case& c : cases()) {
+        SCOPED_TRACE(c.name);
+        Problem p(c, rng);
+        const auto ref_h = test::referenceGateUp(p.x, p.w13, p.routing.ids, c.tokens, c.hidden, c.inter, c.top_k);
+        const auto ref_out = test::referenceMoe(p.x, p.w13, p.w2, p.routing, c.tokens, c.hidden, c.inter, c.top_k);
+        const MoeParams params = p.params();
+        for (const MoeTileConfig config : configsFor(c)) {
+            SCOPED_TRACE(moeTileConfigName(config));
+            MoeCudaOptions options;
+            options.tile = config;
+            const MoeTileConfig resolved = resolveMoeTileConfig(params, options);
+            const MoeWorkspaceView view = moeWorkspaceView(params, p.d_ws.get(), p.d_ws.bytes());
+
+            p.poisonOutputs();
+            moePermuteCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+            AFD_CUDA_CHECK(cudaDeviceSynchronize());
+            if (c.tokens == 0) {
+                moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+                AFD_CUDA_CHECK(cudaDeviceSynchronize());
+                continue;
+            }
+            const PermuteResult perm = checkPermutation(p, view, blockTokens(resolved));
+            const int32_t slots = perm.slot_offset.back();
+
+            // gate-up + SwiGLU against the fp32 reference of every served entry
+            moeGateUpCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+            AFD_CUDA_CHECK(cudaDeviceSynchronize());
+            std::vector<core::Bf16> h_bits(static_cast<size_t>(slots * c.inter));
+            AFD_CUDA_CHECK(cudaMemcpy(h_bits.data(), view.h, h_bits.size() * 2, cudaMemcpyDeviceToHost));
+            const std::vector<float> h = test::toFloat(h_bits);
+            std::vector<float> got_h;
+            std::vector<float> want_h;
+            for (size_t i = 0; i < perm.entry_slot.size(); ++i) {
+                const int32_t slot = perm.entry_slot[i];
+                if (slot < 0) {
+                    continue;
+                }
+                got_h.insert(got_h.end(), h.begin() + slot * c.inter, h.begin() + (slot + 1) * c.inter);
+                want_h.insert(want_h.end(), ref_h[i].begin(), ref_h[i].end());
+            }
+            EXPECT_LT(test::relativeL2(got_h, want_h), kBf16Tolerance) << "gate-up";
+
+            // down against W2 applied to the device's own h (isolates the stage)
+            moeDownCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+            AFD_CUDA_CHECK(cudaDeviceSynchronize());
+            std::vector<core::Bf16> y_bits(static_cast<size_t>(slots * c.hidden));
+            AFD_CUDA_CHECK(cudaMemcpy(y_bits.data(), view.y, y_bits.size() * 2, cudaMemcpyDeviceToHost));
+            const std::vector<float> y = test::toFloat(y_bits);
+            std::vector<float> want_y;
+            for (int32_t slot = 0; slot < slots; ++slot) {
+                int64_t expert = 0;
+                while (perm.slot_offset[static_cast<size_t>(expert) + 1] <= slot) {
+                    ++expert;
+                }
+                const auto row = test::referenceDownRow(p.w2, expert, h.data() + slot * c.inter, c.hidden, c.inter);
+                want_y.insert(want_y.end(), row.begin(), row.end());
+            }
+            EXPECT_LT(test::relativeL2(y, want_y), kBf16Tolerance) << "down";
+
+            // combine against the weighted sum of the device's own y
+            moeCombineCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+            AFD_CUDA_CHECK(cudaDeviceSynchronize());
+            std::vector<float> want_combine(static_cast<size_t>(c.tokens * c.hidden), 0.0f);
+            for (size_t i = 0; i < perm.entry_slot.size(); ++i) {
+                const int32_t slot = perm.entry_slot[i];
+                if (slot < 0) {
+                    continue;
+                }
+                const int64_t t = static_cast<int64_t>(i) / c.top_k;
+                for (int64_t r = 0; r < c.hidden; ++r) {
+                    want_combine[static_cast<size_t>(t * c.hidden + r)] +=
+                        p.routing.weights[i] * y[static_cast<size_t>(slot * c.hidden + r)];
+                }
+            }
+            EXPECT_LT(test::relativeL2(p.out(), want_combine), kBf16Tolerance) << "combine";
+
+            // the whole layer against the fp32 layer
+            p.poisonOutputs();
+            moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+            AFD_CUDA_CHECK(cudaDeviceSynchronize());
+            const std::vector<float> out = p.out();
+            EXPECT_LT(test::relativeL2(out, ref_out), kBf16Tolerance) << "layer";
+            for (int64_t t = 0; t < c.tokens; ++t) {
+                bool served = false;
+                for (int64_t j = 0; j < c.top_k; ++j) {
+                    served = served || p.routing.ids[static_cast<size_t>(t * c.top_k + j)] >= 0;
+                }
+                if (!served) {
+                    for (int64_t r = 0; r < c.hidden; ++r) {
+                        ASSERT_EQ(out[static_cast<size_t>(t * c.hidden + r)], 0.0f) << "unserved token " << t;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The layer captured once in a CUDA graph reads the routing at replay time: new ids, same graph, new result.
+TEST(MoeCudaTest, GraphReplayFollowsNewRouting) {
+    AFD_REQUIRE_HOPPER();
+    std::mt19937 rng(77);
+    Problem p({"graph", 64, 256, 128, 16, 4, Routing::kUniform}, rng);
+    const MoeParams params = p.params();
+    cudaStream_t stream = nullptr;
+    AFD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), stream);  // eager warm-up (module load)
+    AFD_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    AFD_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), stream);
+    AFD_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    AFD_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+    for (const Routing routing : {Routing::kUniform, Routing::kSkewed, Routing::kOneExpert}) {
+        p.routing = test::makeRouting(p.c.tokens, p.c.experts, p.c.top_k, routing, rng);
+        p.d_ids.upload(p.routing.ids.data(), p.routing.ids.size() * 4);
+        p.d_weights.upload(p.routing.weights.data(), p.routing.weights.size() * 4);
+        p.poisonOutputs();
+        AFD_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+        AFD_CUDA_CHECK(cudaStreamSynchronize(stream));
+        const auto want =
+            test::referenceMoe(p.x, p.w13, p.w2, p.routing, p.c.tokens, p.c.hidden, p.c.inter, p.c.top_k);
+        EXPECT_LT(test::relativeL2(p.out(), want), kBf16Tolerance);
+    }
+    AFD_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    AFD_CUDA_CHECK(cudaGraphDestroy(graph));
+    AFD_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// Error paths: checked before any device work, so they run without a GPU too.
+MoeParams validParams() {
+    MoeParams p;
+    p.num_tokens = 4;
+    p.hidden = 128;
+    p.inter = 64;
+    p.num_experts = 8;
+    p.top_k = 2;
+    p.act_dtype = ActDType::kBf16;
+    static int dummy[64];
+    p.x = dummy;
+    p.topk_ids = reinterpret_cast<const int32_t*>(dummy);
+    p.topk_weights = reinterpret_cast<const float*>(dummy);
+    p.w13 = reinterpret_cast<const core::Bf16*>(dummy);
+    p.w2 = reinterpret_cast<const core::Bf16*>(dummy);
+    p.out = dummy;
+    return p;
+}
+
+TEST(MoeCudaTest, RejectsFloatActivations) {
+    MoeParams p = validParams();
+    p.act_dtype = ActDType::kF32;
+    EXPECT_THROW(moeForwardCuda(p, nullptr, 0, nullptr), core::Error);
+}
+
+TEST(MoeCudaTest, RejectsTooSmallWorkspace) {
+    const MoeParams p = validParams();
+    alignas(256) static uint8_t small[256];
+    EXPECT_THROW(moeForwardCuda(p, small, sizeof(small), nullptr), core::Error);
+}
+
+TEST(MoeCudaTest, RejectsHiddenNotMultipleOf64) {
+    MoeParams p = validParams();
+    p.hidden = 96;
+    EXPECT_THROW(moeForwardCuda(p, nullptr, 0, nullptr), core::Error);
+}
+
+TEST(MoeCudaTest, RejectsWideConfigWhenInterIsNotMultipleOf64) {
+    MoeParams p = validParams();
+    p.inter = 96;
+    MoeCudaOptions options;
+    options.tile = MoeTileConfig::kWide256;
+    EXPECT_THROW(resolveMoeTileConfig(p, options), core::Error);
+    options.tile = MoeTileConfig::kAuto;
+    p.num_tokens = 4096;
+    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall128);
+}
+
+TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
+    MoeParams p = validParams();
+    p.hidden = 2048;
+    p.inter = 768;
+    p.num_experts = 128;
+    p.top_k = 8;
+    MoeCudaOptions options;
+    p.num_tokens = 1;
+    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall16);
+    p.num_tokens = 256;
+    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall32);
+    p.num_tokens = 1024;
+    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kWide128);
+    p.num_tokens = 16384;
+    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kWide256);
+}
+
+TEST(MoeCudaTest, TileConfigNamesRoundTrip) {
+    for (MoeTileConfig c : {MoeTileConfig::kAuto, MoeTileConfig::kSmall16, MoeTileConfig::kSmall32,
+                            MoeTileConfig::kSmall64, MoeTileConfig::kSmall128, MoeTileConfig::kWide128,
+                            MoeTileConfig::kWide256}) {
+        MoeTileConfig parsed = MoeTileConfig::kAuto;
+        ASSERT_TRUE(parseMoeTileConfig(moeTileConfigName(c), &parsed));
+        EXPECT_EQ(parsed, c);
+    }
+    MoeTileConfig parsed = MoeTileConfig::kAuto;
+    EXPECT_FALSE(parseMoeTileConfig("huge", &parsed));
+}
+
+}  // namespace
+}  // namespace afd::kernels
