@@ -9,14 +9,10 @@
 #include "kernels/cuda/device_info.h"
 #endif
 
+
 namespace afd::ffn {
 
-core::Result<int> resolveDevice(const std::string& device, const std::string& device_ids, int local_rank) {
-    if (device == "cpu") {
-        if (!device_ids.empty()) return core::invalidArgument("--device-ids {:?} needs --device cuda", device_ids);
-        return -1;
-    }
-    if (device != "cuda") return core::invalidArgument("--device {:?} must be cpu or cuda", device);
+core::Result<int> mapLocalRankToGpu(const std::string& device_ids, int local_rank) {
     std::vector<int> ids;
     if (!device_ids.empty()) {
         size_t pos = 0;
@@ -39,7 +35,16 @@ core::Result<int> resolveDevice(const std::string& device, const std::string& de
                                          device_ids, ids.size());
         }
     }
-    const int gpu = ids.empty() ? local_rank : ids[static_cast<size_t>(local_rank)];
+    return ids.empty() ? local_rank : ids[static_cast<size_t>(local_rank)];
+}
+
+core::Result<int> resolveDevice(const std::string& device, const std::string& device_ids, int local_rank) {
+    if (device == "cpu") {
+        if (!device_ids.empty()) return core::invalidArgument("--device-ids {:?} needs --device cuda", device_ids);
+        return -1;
+    }
+    if (device != "cuda") return core::invalidArgument("--device {:?} must be cpu or cuda", device);
+    AFD_ASSIGN_OR_RETURN(const int gpu, mapLocalRankToGpu(device_ids, local_rank));
 #if defined(AFD_HAVE_CUDA_FFN)
     const int count = kernels::cuda::deviceCount();
     if (gpu >= count) {
@@ -55,12 +60,13 @@ core::Result<int> resolveDevice(const std::string& device, const std::string& de
 
 core::Result<std::unique_ptr<FfnCompute>> createFfnCompute(const std::string& device, int gpu,
                                                            const model::ModelConfig& config,
-                                                           model::ModelWeights weights) {
+                                                           model::ModelWeights weights, int64_t max_rows) {
     if (device == "cpu") return std::unique_ptr<FfnCompute>(new CpuFfnCompute(config, std::move(weights)));
 #if defined(AFD_HAVE_CUDA_FFN)
-    return createCudaFfnCompute(config, std::move(weights), gpu);
+    return createCudaFfnCompute(config, std::move(weights), gpu, max_rows);
 #else
     (void)gpu;
+    (void)max_rows;
     return core::invalidArgument("--device {:?} is not available in this build", device);
 #endif
 }

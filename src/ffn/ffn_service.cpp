@@ -205,7 +205,9 @@ Status Service::load() {
                                                            experts_.begin, experts_.end);
     AFD_ASSIGN_OR_RETURN(model::ModelWeights weights, model::loadWeights(*checkpoint_, model_config_, selection));
     weight_bytes_ = weights.checkpoint_bytes;
-    AFD_ASSIGN_OR_RETURN(compute_, createFfnCompute(options_.device, gpu_, model_config_, std::move(weights)));
+    // One call carries at most every peer's full stage.
+    const int64_t max_rows = static_cast<int64_t>(afd_.topology().attentionPeersOfFfn(rank_).size()) * afd_.max_num_tokens;
+    AFD_ASSIGN_OR_RETURN(compute_, createFfnCompute(options_.device, gpu_, model_config_, std::move(weights), max_rows));
     report_.weight_bytes = weight_bytes_;
     AFD_LOG_INFO("loaded {} bytes of weights (experts [{}, {}) of {}, {} mode) onto {} in {:.2f} s", weight_bytes_,
                  experts_.begin, experts_.end, model_config_.num_experts,
