@@ -69,10 +69,10 @@ short TcpLink::pollEvents(bool watch_idle) const {
 core::Status TcpLink::onEvents(short revents, bool watch_idle) {
     if (!error_.isOk()) return error_;
     if (!fd_.valid()) return core::Status::ok();
-    if ((revents & (POLLOUT | POLLERR | POLLHUP)) && sending()) AFD_RETURN_IF_ERROR(writeSome());
-    if ((revents & (POLLIN | POLLERR | POLLHUP)) && (armed_ || watch_idle) && fd_.valid()) {
-        AFD_RETURN_IF_ERROR(readSome());
-    }
+    // NOTE: read before write: once our last bytes are out, the peer may close (after a shutdown header), and
+    // an EOF read after that write would be reported as a loss.
+    if ((revents & (POLLIN | POLLERR | POLLHUP)) && (armed_ || watch_idle)) AFD_RETURN_IF_ERROR(readSome());
+    if ((revents & (POLLOUT | POLLERR | POLLHUP)) && sending() && fd_.valid()) AFD_RETURN_IF_ERROR(writeSome());
     return core::Status::ok();
 }
 

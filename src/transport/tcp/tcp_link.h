@@ -143,6 +143,20 @@ template <typename Done, typename OnFrame, typename Describe>
 core::Status pumpLinks(std::span<TcpLink* const> links, Deadline deadline, const Canceller* cancel, bool watch_idle,
                        PollSet& set, Done done, OnFrame on_frame, Describe describe) {
     const Clock::time_point start = Clock::now();
+    // A first pass without waiting: where input is watched, take what has arrived (a reply, a closed
+    // connection); then write what the sockets take, so that a frame that fits the send buffer leaves without
+    // a poll. NOTE: reading comes first: a peer may close right after our last frame (a shutdown header), and
+    // that is no error.
+    for (size_t i = 0; i < links.size(); ++i) {
+        TcpLink& link = *links[i];
+        if (!link.open()) continue;
+        if (watch_idle) {
+            const bool had_frame = link.hasFrame();
+            AFD_RETURN_IF_ERROR(link.onEvents(POLLIN, watch_idle));
+            if (!had_frame && link.hasFrame()) AFD_RETURN_IF_ERROR(on_frame(i));
+        }
+        if (link.sending()) AFD_RETURN_IF_ERROR(link.onEvents(POLLOUT, /*watch_idle=*/false));
+    }
     while (!done()) {
         bool own_error = false;
         core::Status status = pollOnce(links, deadline, cancel, watch_idle, start, set, &own_error);
