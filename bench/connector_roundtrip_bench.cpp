@@ -5,7 +5,12 @@
 //
 //   connector_roundtrip_bench [--benchmark_min_time=…]
 #include <benchmark/benchmark.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <future>
@@ -45,6 +50,30 @@ void ffnEcho(FfnConnector& ffn) {
     }
 }
 
+// Writes a u64 length and `size` bytes with one gathered write per wakeup, as the connector writes a frame.
+bool sendMessage(int fd, const void* data, uint64_t size) {
+    iovec iov[2] = {{&size, sizeof(size)}, {const_cast<void*>(data), size}};
+    size_t index = 0;
+    while (index < 2) {
+        msghdr msg{};
+        msg.msg_iov = &iov[index];
+        msg.msg_iovlen = 2 - index;
+        const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EINTR) return false;
+            if (!waitFd(fd, POLLOUT, kNoDeadline, nullptr, "raw peer").isOk()) return false;
+            continue;
+        }
+        size_t left = static_cast<size_t>(n);
+        while (index < 2 && left >= iov[index].iov_len) left -= iov[index++].iov_len;
+        if (index < 2) {
+            iov[index].iov_base = static_cast<uint8_t*>(iov[index].iov_base) + left;
+            iov[index].iov_len -= left;
+        }
+    }
+    return true;
+}
+
 // The server side of the raw pair: reads a u64 length and that many bytes, writes them back.
 void rawEcho(int fd) {
     std::vector<uint8_t> buffer(kMaxTokens * kRowBytes);
@@ -53,13 +82,12 @@ void rawEcho(int fd) {
         if (!recvAll(fd, &size, sizeof(size), kNoDeadline, nullptr, "raw client").isOk()) return;
         if (size > buffer.size()) return;
         if (!recvAll(fd, buffer.data(), size, kNoDeadline, nullptr, "raw client").isOk()) return;
-        if (!sendAll(fd, &size, sizeof(size), kNoDeadline, nullptr, "raw client").isOk()) return;
-        if (!sendAll(fd, buffer.data(), size, kNoDeadline, nullptr, "raw client").isOk()) return;
+        if (!sendMessage(fd, buffer.data(), size)) return;
     }
 }
 
 class Fixture {
-public:
+ public:
     Fixture() {
         core::Result<Listener> probe = listenTcp("127.0.0.1", 0);
         AFD_CHECK(probe.isOk(), "{}", probe.status().toString());
@@ -124,8 +152,7 @@ public:
 
     void rawRoundTrip(const void* data, uint64_t size) {
         const Deadline deadline = deadlineAfter(30s);
-        AFD_CHECK_OK(sendAll(raw_client_.get(), &size, sizeof(size), deadline, nullptr, "raw echo"));
-        AFD_CHECK_OK(sendAll(raw_client_.get(), data, size, deadline, nullptr, "raw echo"));
+        AFD_CHECK(sendMessage(raw_client_.get(), data, size), "raw echo: send failed");
         uint64_t back = 0;
         AFD_CHECK_OK(recvAll(raw_client_.get(), &back, sizeof(back), deadline, nullptr, "raw echo"));
         AFD_CHECK(back == size, "raw echo returned {} bytes for {}", back, size);
@@ -133,7 +160,7 @@ public:
         benchmark::DoNotOptimize(raw_in_.data());
     }
 
-private:
+ private:
     std::unique_ptr<AttentionConnector> attention_;
     std::unique_ptr<FfnConnector> ffn_;
     std::jthread ffn_thread_;
@@ -146,12 +173,20 @@ private:
 
 Fixture* g_fixture = nullptr;
 
-struct Row {
-    double bytes = 0;
+struct Run {
     double connector_us = 0;
     double raw_us = 0;
 };
-std::map<int64_t, Row> g_rows;  // by token count; the last run of each wins
+struct Row {
+    double bytes = 0;
+    std::vector<Run> runs;  // one per repetition
+};
+std::map<int64_t, Row> g_rows;  // by token count
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+}
 
 void BM_ConnectorRoundTrip(benchmark::State& state) {
     const auto tokens = static_cast<uint32_t>(state.range(0));
@@ -185,7 +220,9 @@ void BM_ConnectorRoundTrip(benchmark::State& state) {
     state.counters["raw_bytes_per_second"] =
         benchmark::Counter(2.0 * bytes * n / raw_seconds, benchmark::Counter::kDefaults, benchmark::Counter::kIs1024);
     state.counters["overhead"] = connector_seconds / raw_seconds;
-    g_rows[tokens] = Row{static_cast<double>(bytes), connector_seconds / n * 1e6, raw_seconds / n * 1e6};
+    Row& row = g_rows[tokens];
+    row.bytes = static_cast<double>(bytes);
+    row.runs.push_back({connector_seconds / n * 1e6, raw_seconds / n * 1e6});
 }
 BENCHMARK(BM_ConnectorRoundTrip)
     ->Arg(1)
@@ -209,13 +246,22 @@ int main(int argc, char** argv) {
         g_fixture = nullptr;
     }
     benchmark::Shutdown();
-    std::printf("\nA2F + F2A round trip, hidden %u f32, loopback TCP (bytes one way per frame)\n", kHidden);
-    std::printf("%8s %12s %14s %12s %10s %14s\n", "tokens", "bytes", "connector_us", "raw_us", "ratio",
-                "connector_GB/s");
+    std::printf(
+        "\nA2F + F2A round trip, hidden %u f32, loopback TCP: bytes of one frame; medians over repetitions;\n"
+        "ratio = median over repetitions of connector time / raw time of the same iterations\n",
+        kHidden);
+    std::printf("%8s %12s %14s %12s %10s %14s %12s\n", "tokens", "bytes", "connector_us", "raw_us", "ratio",
+                "connector_GB/s", "raw_GB/s");
     for (const auto& [tokens, row] : g_rows) {
-        std::printf("%8lld %12.0f %14.1f %12.1f %10.2f %14.2f\n", static_cast<long long>(tokens), row.bytes,
-                    row.connector_us, row.raw_us, row.connector_us / row.raw_us,
-                    2.0 * row.bytes / (row.connector_us * 1e-6) / 1e9);
+        std::vector<double> connector, raw, ratio;
+        for (const Run& r : row.runs) {
+            connector.push_back(r.connector_us);
+            raw.push_back(r.raw_us);
+            ratio.push_back(r.connector_us / r.raw_us);
+        }
+        const double c = median(connector), r = median(raw);
+        std::printf("%8lld %12.0f %14.1f %12.1f %10.2f %14.2f %12.2f\n", static_cast<long long>(tokens), row.bytes, c,
+                    r, median(ratio), 2.0 * row.bytes / (c * 1e-6) / 1e9, 2.0 * row.bytes / (r * 1e-6) / 1e9);
     }
     return 0;
 }

@@ -122,6 +122,23 @@ TEST(TcpSetup, FfnRejectsUnknownDuplicateAndMismatchedHellosAndKeepsWaiting) {
     EXPECT_THAT(other_model.status().message(),
                 HasSubstr("fingerprint mismatch: attention rank 0 has 'other-model', ffn rank 0 has "
                           "'qwen3-moe-test/2a2f'"));
+    {
+        // A hello of another protocol version: the error frame names both versions.
+        auto fd = connectTcp(*endpoint, deadlineAfter(10s), nullptr, "ffn rank 0");
+        ASSERT_TRUE(fd.isOk());
+        std::vector<uint8_t> future = encodeHelloFrame(Role::kAttention, 0, "qwen3-moe-test/2a2f");
+        future[4] = static_cast<uint8_t>(kProtocolVersion + 1);
+        ASSERT_TRUE(sendRaw(fd->get(), future, 10s).isOk());
+        HeaderBytes head{};
+        ASSERT_TRUE(recvAll(fd->get(), head.data(), head.size(), deadlineAfter(10s), nullptr, "ffn").isOk());
+        auto header = decodeHeader(head, {}, "ffn");
+        ASSERT_TRUE(header.isOk());
+        ASSERT_EQ(header->kind, FrameKind::kError);
+        std::string text(header->payload_bytes, '\0');
+        ASSERT_TRUE(recvAll(fd->get(), text.data(), text.size(), deadlineAfter(10s), nullptr, "ffn").isOk());
+        EXPECT_THAT(text, HasSubstr(fmt::format("frame of protocol version {}, this rank speaks version {}",
+                                                kProtocolVersion + 1, kProtocolVersion)));
+    }
     auto good = hello(Role::kAttention, 0, "qwen3-moe-test/2a2f");
     ASSERT_TRUE(good.isOk()) << good.status().toString();
     auto duplicate = hello(Role::kAttention, 0, "qwen3-moe-test/2a2f");

@@ -36,12 +36,13 @@ core::Status TcpAttentionConnector::usable() const {
     return core::Status::ok();
 }
 
-template <typename Done>
-core::Status TcpAttentionConnector::pump(std::string_view what, Done done) {
+template <typename Done, typename Describe>
+core::Status TcpAttentionConnector::pump(Done done, Describe describe) {
     // NOTE: watch_idle: no FFN frame may arrive unasked on this side, so input on an idle link (EOF, a stray
     // frame) is an error to report at once.
-    return sticky(pumpLinks(link_ptrs_, deadlineAfter(step_timeout_), nullptr, /*watch_idle=*/true, what, poll_set_,
-                            done, [this](size_t peer) { return onFrame(peer); }));
+    return sticky(pumpLinks(
+        link_ptrs_, deadlineAfter(step_timeout_), nullptr, /*watch_idle=*/true, poll_set_, done,
+        [this](size_t peer) { return onFrame(peer); }, describe));
 }
 
 void TcpAttentionConnector::armNext(size_t peer) {
@@ -95,12 +96,8 @@ core::Status TcpAttentionConnector::sendStep(const StepHeader& header) {
     }
     const FrameHeader frame = makeStepHeader(header);
     for (auto& link : links_) link->startSend(frame, {}, {});
-    AFD_RETURN_IF_ERROR(pump(fmt::format("sending the step {} header", header.step), [this] {
-        for (const auto& link : links_) {
-            if (link->sending()) return false;
-        }
-        return true;
-    }));
+    AFD_RETURN_IF_ERROR(pump([this] { return noneSending(); },
+                             [&header] { return fmt::format("sending the step {} header", header.step); }));
     if (header.flags & kStepShutdown) {
         shut_down_ = true;
         AFD_LOG_INFO("attention rank {}: shutdown sent to {} ffn peers at step {}", rank_, links_.size(), header.step);
@@ -135,12 +132,9 @@ core::Status TcpAttentionConnector::dispatch(const FrameKey& key, std::span<cons
     }
     stage.in_flight = true;
     stage.key = key;
-    return pump(fmt::format("dispatching step {} layer {} stage {}", key.step, key.layer, key.stage), [this] {
-        for (const auto& link : links_) {
-            if (link->sending()) return false;
-        }
-        return true;
-    });
+    return pump(
+        [this] { return noneSending(); },
+        [&key] { return fmt::format("dispatching step {} layer {} stage {}", key.step, key.layer, key.stage); });
 }
 
 core::Result<std::span<const ReceivedFrame>> TcpAttentionConnector::combine(const FrameKey& key,
@@ -152,11 +146,14 @@ core::Result<std::span<const ReceivedFrame>> TcpAttentionConnector::combine(cons
     }
     const uint32_t s = key.stage;
     AFD_RETURN_IF_ERROR(pump(
-        fmt::format("waiting for f2a frames of step {} layer {} stage {}", key.step, key.layer, key.stage), [this, s] {
+        [this, s] {
             for (const auto& peer_slots : slots_) {
                 if (!peer_slots[s].ready) return false;
             }
             return true;
+        },
+        [&key] {
+            return fmt::format("waiting for f2a frames of step {} layer {} stage {}", key.step, key.layer, key.stage);
         }));
     std::vector<ReceivedFrame>& results = results_[s];
     for (size_t p = 0; p < links_.size(); ++p) {
@@ -169,6 +166,13 @@ core::Result<std::span<const ReceivedFrame>> TcpAttentionConnector::combine(cons
     }
     stages_[s].in_flight = false;
     return std::span<const ReceivedFrame>(results);
+}
+
+bool TcpAttentionConnector::noneSending() const {
+    for (const auto& link : links_) {
+        if (link->sending()) return false;
+    }
+    return true;
 }
 
 void TcpAttentionConnector::close() {

@@ -55,8 +55,9 @@ private:
     core::Status usable() const;
     void armNext(size_t peer);
     core::Status onFrame(size_t peer);
-    template <typename Done>
-    core::Status pump(std::string_view what, Done done);
+    bool noneSending() const;
+    template <typename Done, typename Describe>
+    core::Status pump(Done done, Describe describe);
     core::Status sticky(core::Status status);
 
     int rank_ = 0;

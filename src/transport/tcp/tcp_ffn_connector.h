@@ -34,7 +34,9 @@ public:
 private:
     core::Status usable() const;
     core::Status sticky(core::Status status);
-    core::Status pump(Deadline deadline, std::string_view what, bool (TcpFfnConnector::*done)() const);
+    // Drives the active links until (this->*done)() holds; describe() names what was awaited (for errors only).
+    template <typename Describe>
+    core::Status pump(Deadline deadline, bool (TcpFfnConnector::*done)() const, Describe describe);
     bool allActiveHaveFrames() const;
     bool anyActiveHasFrame() const;
     bool noneSending() const;

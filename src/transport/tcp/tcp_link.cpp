@@ -69,10 +69,10 @@ short TcpLink::pollEvents(bool watch_idle) const {
 core::Status TcpLink::onEvents(short revents, bool watch_idle) {
     if (!error_.isOk()) return error_;
     if (!fd_.valid()) return core::Status::ok();
-    if ((revents & (POLLOUT | POLLERR | POLLHUP)) && sending()) AFD_RETURN_IF_ERROR(writeSome());
-    if ((revents & (POLLIN | POLLERR | POLLHUP)) && (armed_ || watch_idle) && fd_.valid()) {
-        AFD_RETURN_IF_ERROR(readSome());
-    }
+    // NOTE: read before write: once our last bytes are out, the peer may close (after a shutdown header), and
+    // an EOF read after that write would be reported as a loss.
+    if ((revents & (POLLIN | POLLERR | POLLHUP)) && (armed_ || watch_idle)) AFD_RETURN_IF_ERROR(readSome());
+    if ((revents & (POLLOUT | POLLERR | POLLHUP)) && sending() && fd_.valid()) AFD_RETURN_IF_ERROR(writeSome());
     return core::Status::ok();
 }
 
@@ -215,7 +215,7 @@ void TcpLink::advancePayload() {
 }
 
 core::Status pollOnce(std::span<TcpLink* const> links, Deadline deadline, const Canceller* cancel, bool watch_idle,
-                      std::string_view what, Clock::time_point start, PollSet& set) {
+                      Clock::time_point start, PollSet& set, bool* own_error) {
     set.fds.clear();
     set.link_of.clear();
     set.completed.clear();
@@ -227,18 +227,25 @@ core::Status pollOnce(std::span<TcpLink* const> links, Deadline deadline, const 
         set.fds.push_back({links[i]->fd(), events, 0});
         set.link_of.push_back(i);
     }
-    AFD_CHECK(!set.link_of.empty(), "{}: waiting with no link to wait on", what);
+    AFD_CHECK(!set.link_of.empty(), "waiting with no link to wait on");
     int rc = 0;
     do {
         rc = ::poll(set.fds.data(), set.fds.size(), pollTimeoutMs(deadline));
     } while (rc < 0 && errno == EINTR);
-    if (rc < 0) return core::ioError("{}: poll(): {}", what, errnoText(errno));
-    if (set.fds[0].revents != 0) return core::Status(core::StatusCode::kCancelled, fmt::format("{}: cancelled", what));
+    if (rc < 0) {
+        *own_error = true;
+        return core::ioError("poll(): {}", errnoText(errno));
+    }
+    if (set.fds[0].revents != 0) {
+        *own_error = true;
+        return core::Status(core::StatusCode::kCancelled, "cancelled");
+    }
     if (rc == 0) {
         std::vector<std::string> owing;
         for (size_t i : set.link_of) owing.push_back(links[i]->name());
+        *own_error = true;
         return core::timeoutError(
-            "{}: timed out after {} waiting on {}", what,
+            "timed out after {} waiting on {}",
             formatDuration(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start)),
             fmt::join(owing, ", "));
     }

@@ -130,19 +130,37 @@ struct PollSet {
 };
 
 // One round: polls every open link with work (plus `cancel`) until something happens or `deadline`, handles
-// the events and lists in set.completed the links that completed a frame. `what`, the time since `start` and
-// the links still owing bytes make the timeout message.
+// the events and lists in set.completed the links that completed a frame. A link's own failure names its peer;
+// a timeout ("timed out after 300 ms waiting on <the links still owing bytes>", counted from `start`), a
+// cancellation or a failing poll() set *own_error so that the caller can say what it was waiting for.
 core::Status pollOnce(std::span<TcpLink* const> links, Deadline deadline, const Canceller* cancel, bool watch_idle,
-                      std::string_view what, Clock::time_point start, PollSet& set);
+                      Clock::time_point start, PollSet& set, bool* own_error);
 
 // Drives the links until done() returns true; on_frame(i) runs for each completed frame of links[i] (the owner
-// takes the frame and may arm the link again) and returns a Status. Errors of any link end the pump.
-template <typename Done, typename OnFrame>
+// takes the frame and may arm the link again) and returns a Status. Errors of any link end the pump. describe()
+// (called only on a timeout or cancellation) says what was awaited: "waiting for f2a frames of step 3 …".
+template <typename Done, typename OnFrame, typename Describe>
 core::Status pumpLinks(std::span<TcpLink* const> links, Deadline deadline, const Canceller* cancel, bool watch_idle,
-                       std::string_view what, PollSet& set, Done done, OnFrame on_frame) {
+                       PollSet& set, Done done, OnFrame on_frame, Describe describe) {
     const Clock::time_point start = Clock::now();
+    // A first pass without waiting: where input is watched, take what has arrived (a reply, a closed
+    // connection); then write what the sockets take, so that a frame that fits the send buffer leaves without
+    // a poll. NOTE: reading comes first: a peer may close right after our last frame (a shutdown header), and
+    // that is no error.
+    for (size_t i = 0; i < links.size(); ++i) {
+        TcpLink& link = *links[i];
+        if (!link.open()) continue;
+        if (watch_idle) {
+            const bool had_frame = link.hasFrame();
+            AFD_RETURN_IF_ERROR(link.onEvents(POLLIN, watch_idle));
+            if (!had_frame && link.hasFrame()) AFD_RETURN_IF_ERROR(on_frame(i));
+        }
+        if (link.sending()) AFD_RETURN_IF_ERROR(link.onEvents(POLLOUT, /*watch_idle=*/false));
+    }
     while (!done()) {
-        AFD_RETURN_IF_ERROR(pollOnce(links, deadline, cancel, watch_idle, what, start, set));
+        bool own_error = false;
+        core::Status status = pollOnce(links, deadline, cancel, watch_idle, start, set, &own_error);
+        if (!status.isOk()) return own_error ? status.withContext(describe()) : status;
         for (size_t i : set.completed) AFD_RETURN_IF_ERROR(on_frame(i));
     }
     return core::Status::ok();
