@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/exit_codes.h"
+#include "core/exit_codes.h"
 #include "core/logging.h"
 #if defined(AFD_HAVE_CUDA)
 #include "kernels/cuda/moe_bench.h"
@@ -67,23 +67,23 @@ int runBenchMoe(BenchMoeFlags& flags) {
         kernels::MoeTileConfig tile;
         if (!kernels::parseMoeTileConfig(name.c_str(), &tile)) {
             AFD_LOG_ERROR(
-                "bench moe: --tiles: unknown tile config '{}' (auto, small16, small32, small64, small128, "
-                "wide128, wide256)",
+                "bench moe: --tiles: unknown tile config '{}' (auto, small16, small32, small64, small128, wide128, "
+                "wide256, wide256g, tall128)",
                 name);
-            return kExitBadConfig;
+            return core::kExitBadConfig;
         }
         flags.options.tiles.push_back(tile);
     }
     for (const std::string& routing : flags.options.routings) {
         if (routing != "uniform" && routing != "zipf") {
             AFD_LOG_ERROR("bench moe: --routing: '{}' is not uniform or zipf", routing);
-            return kExitBadConfig;
+            return core::kExitBadConfig;
         }
     }
     for (const int64_t t : flags.options.tokens) {
         if (t < 1) {
             AFD_LOG_ERROR("bench moe: --tokens: {} must be >= 1", t);
-            return kExitBadConfig;
+            return core::kExitBadConfig;
         }
     }
     flags.options.stages = !flags.no_stages;
@@ -92,13 +92,13 @@ int runBenchMoe(BenchMoeFlags& flags) {
         const auto result = kernels::cuda::runMoeBench(flags.options);
         printTable(result);
         if (!flags.csv.empty() && !writeCsv(flags.csv, result)) {
-            return kExitFailure;
+            return core::kExitFailure;
         }
     } catch (const std::exception& e) {
         AFD_LOG_ERROR("bench moe: {}", e.what());
-        return kExitFailure;
+        return core::kExitFailure;
     }
-    return kExitOk;
+    return core::kExitOk;
 }
 #endif
 
@@ -130,7 +130,7 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
 #else
     moe->callback([&exit_code] {
         AFD_LOG_ERROR("bench moe: this afd was built without the CUDA backend");
-        exit_code = kExitFailure;
+        exit_code = core::kExitFailure;
     });
 #endif
 }

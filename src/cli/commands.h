@@ -1,5 +1,5 @@
 // Subcommands of the `afd` executable. Each registers its flags on the parent app and returns the code
-// to exit with through the callback it installs. Exit codes: see exit_codes.h.
+// to exit with through the callback it installs. Exit codes: see core/exit_codes.h.
 #pragma once
 
 namespace CLI {
@@ -11,6 +11,8 @@ namespace afd::cli {
 // Each function adds one subcommand to `app`; `exit_code` receives the subcommand's exit code.
 void addGenModelCommand(CLI::App& app, int& exit_code);
 void addGenerateCommand(CLI::App& app, int& exit_code);
+void addFfnCommand(CLI::App& app, int& exit_code);
+void addLaunchCommand(CLI::App& app, int& exit_code);
 void addBenchCommand(CLI::App& app, int& exit_code);
 
 }  // namespace afd::cli

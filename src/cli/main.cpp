@@ -4,7 +4,7 @@
 #include <exception>
 
 #include "cli/commands.h"
-#include "cli/exit_codes.h"
+#include "core/exit_codes.h"
 #include "core/logging.h"
 
 int main(int argc, char** argv) {
@@ -21,18 +21,21 @@ int main(int argc, char** argv) {
         afd::core::setLogLevel(level);
     });
 
-    int exit_code = afd::cli::kExitOk;
+    int exit_code = afd::core::kExitOk;
+    afd::cli::addGenModelCommand(app, exit_code);
+    afd::cli::addGenerateCommand(app, exit_code);
+    afd::cli::addFfnCommand(app, exit_code);
+    afd::cli::addLaunchCommand(app, exit_code);
     afd::cli::addBenchCommand(app, exit_code);
-
 
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         const int code = app.exit(e);
-        return code == 0 ? afd::cli::kExitOk : afd::cli::kExitBadConfig;
+        return code == 0 ? afd::core::kExitOk : afd::core::kExitBadConfig;
     } catch (const std::exception& e) {
         AFD_LOG_ERROR("internal error: {}", e.what());
-        return afd::cli::kExitInternal;
+        return afd::core::kExitInternal;
     }
     return exit_code;
 }

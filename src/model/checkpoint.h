@@ -13,24 +13,20 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/mapped_file.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "model/safetensors_format.h"
 
 namespace afd::model {
 
-struct TensorInfo {
-    std::string name;
-    core::DType dtype = core::DType::kBf16;
-    core::Shape shape;
-    std::string file;             // path of the shard that holds it
-    uint64_t data_begin = 0;      // byte range inside that shard's data section
-    uint64_t data_end = 0;
-};
-
 class Checkpoint {
 public:
-    // `path`: a directory (model.safetensors or model.safetensors.index.json) or one .safetensors file.
-    // Errors name the file and, where one is at fault, the tensor.
+    // `path`: a directory (model.safetensors.index.json, else model.safetensors) or one .safetensors file.
+    // The index's `weight_map` (tensor name → shard file name) must name plain file names inside the directory and
+    // agree exactly with the shards' headers: every tensor it names is in its shard, every tensor of a shard is in
+    // the index, no tensor is in two shards. Errors name the file and, where one is at fault, the tensor: kNotFound
+    // for a missing path or shard, kCorrupt for a malformed header or index, kIoError when the OS refuses.
     static core::Result<Checkpoint> open(const std::string& path);
 
     const std::string& path() const { return path_; }
@@ -39,9 +35,12 @@ public:
     bool contains(std::string_view name) const { return find(name) != nullptr; }
     const TensorInfo* find(std::string_view name) const;
 
-    // A view of the tensor's bytes (CPU, read-only memory: do not write through it).
+    // A zero-copy view of the tensor's bytes (CPU, read-only memory: do not write through it); it keeps the shard's
+    // mapping alive. NOTE: the view is aligned to its element size only when the shard's data section is (every
+    // HF writer and safetensors_writer.h pad the header to a multiple of 8 bytes).
     core::Result<core::Tensor> tensor(std::string_view name) const;
-    // As tensor(), and checks dtype and shape; the error names the tensor, the expected and the actual values.
+    // As tensor(), and checks dtype and shape; the error (kNotFound when missing, kMismatch otherwise) names the
+    // tensor, the expected and the actual values.
     core::Result<core::Tensor> expect(std::string_view name, core::DType dtype, const core::Shape& shape) const;
 
     // Sum of the shard files' sizes in bytes.
@@ -50,10 +49,14 @@ public:
     std::vector<std::string> files() const;
 
 private:
-    struct Shard;
+    struct Shard {
+        std::shared_ptr<core::MappedFile> file;  // the whole shard, mapped read-only
+        uint64_t data_offset = 0;                // where its data section starts
+    };
+
     std::string path_;
     std::map<std::string, TensorInfo, std::less<>> infos_;
-    std::map<std::string, std::shared_ptr<Shard>> shards_;  // by file path
+    std::map<std::string, Shard, std::less<>> shards_;  // by file path; each file mapped once
     uint64_t file_bytes_ = 0;
 };
 

@@ -171,6 +171,26 @@ int blockTokens(MoeTileConfig config) {
     return 0;
 }
 
+// The engine's CPU layer (kernels/cpu, moeForwardCpu) on the problem's host data, bf16 in and out.
+std::vector<float> engineCpuLayer(const Problem& p) {
+    std::vector<core::Bf16> out(static_cast<size_t>(p.c.tokens * p.c.hidden));
+    MoeParams params;
+    params.num_tokens = p.c.tokens;
+    params.hidden = p.c.hidden;
+    params.inter = p.c.inter;
+    params.num_experts = p.c.experts;
+    params.top_k = p.c.top_k;
+    params.act_dtype = ActDType::kBf16;
+    params.x = p.x.data();
+    params.topk_ids = p.routing.ids.data();
+    params.topk_weights = p.routing.weights.data();
+    params.w13 = p.w13.data();
+    params.w2 = p.w2.data();
+    params.out = out.data();
+    moeForwardCpu(params);
+    return test::toFloat(out);
+}
+
 struct PermuteResult {
     std::vector<int32_t> count, slot_offset, tile_offset, entry_slot, slot_token;
 };
@@ -238,6 +258,7 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
         Problem p(c, rng);
         const auto ref_h = test::referenceGateUp(p.x, p.w13, p.routing.ids, c.tokens, c.hidden, c.inter, c.top_k);
         const auto ref_out = test::referenceMoe(p.x, p.w13, p.w2, p.routing, c.tokens, c.hidden, c.inter, c.top_k);
+        const auto cpu_layer = engineCpuLayer(p);
         const MoeParams params = p.params();
         for (const auto& [config, fuse] : configsAndRoutingModes(c)) {
             SCOPED_TRACE(testing::Message() << moeTileConfigName(config) << (fuse ? " fused routing" : ""));
@@ -315,7 +336,8 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
             moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
             AFD_CUDA_CHECK(cudaDeviceSynchronize());
             const std::vector<float> out = p.out();
-            EXPECT_LT(test::relativeL2(out, ref_out), kBf16Tolerance) << "layer";
+            EXPECT_LT(test::relativeL2(out, ref_out), kBf16Tolerance) << "layer vs fp32 reference";
+            EXPECT_LT(test::relativeL2(out, cpu_layer), kBf16Tolerance) << "layer vs the engine's CPU layer";
             for (int64_t t = 0; t < c.tokens; ++t) {
                 bool served = false;
                 for (int64_t j = 0; j < c.top_k; ++j) {

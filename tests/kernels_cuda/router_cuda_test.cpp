@@ -84,6 +84,24 @@ TEST(RouterCudaTest, MatchesCpuReference) {
             EXPECT_TRUE(std::adjacent_find(chosen.begin(), chosen.end()) == chosen.end()) << "token " << t;
         }
         EXPECT_LT(test::relativeL2(weights, ref.weights), 1e-4);
+
+        // The engine's CPU router (kernels/cpu, routerForwardCpu) on the same inputs.
+        std::vector<int32_t> cpu_ids(ref.ids.size());
+        std::vector<float> cpu_weights(ref.weights.size());
+        RouterParams cpu = p;
+        cpu.x = x.data();
+        cpu.gate_w = gate_w.data();
+        cpu.logits = nullptr;
+        cpu.topk_ids = cpu_ids.data();
+        cpu.topk_weights = cpu_weights.data();
+        routerForwardCpu(cpu);
+        EXPECT_LT(test::relativeL2(weights, cpu_weights), 1e-4) << "vs the engine's CPU router";
+        int same = 0;
+        for (size_t i = 0; i < ids.size(); ++i) {
+            same += ids[i] == cpu_ids[i] ? 1 : 0;
+        }
+        EXPECT_GE(same, static_cast<int>(ids.size()) - static_cast<int>(c.tokens) / 50)
+            << "ids differ from the engine's CPU router beyond near ties";
     }
 }
 

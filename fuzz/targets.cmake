@@ -1,0 +1,42 @@
+# libFuzzer targets, built by clang++ directly: the main build may use g++, whose objects cannot carry libFuzzer's
+# instrumentation. Included by fuzz/CMakeLists.txt once clang++ and its fuzzer runtime are known to exist.
+#
+# afd_fuzz_target(<name>) compiles fuzz/<name>_fuzz.cpp with the repository sources listed in
+# AFD_FUZZ_SOURCES_<name> into ${CMAKE_CURRENT_BINARY_DIR}/bin/<name>_fuzz (a folder of its own: Ninja already
+# names the target's phony alias fuzz/<name>_fuzz), as part of ALL so that CI builds it.
+# Headers under src/core and src/model are dependencies, so editing one rebuilds the targets.
+
+file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/bin)
+file(GLOB afd_fuzz_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/core/*.h ${PROJECT_SOURCE_DIR}/src/model/*.h)
+
+function(afd_fuzz_target name)
+    set(target ${name}_fuzz)
+    set(sources ${CMAKE_CURRENT_SOURCE_DIR}/${target}.cpp)
+    foreach(source ${AFD_FUZZ_SOURCES_${name}})
+        list(APPEND sources ${PROJECT_SOURCE_DIR}/${source})
+    endforeach()
+    # Include folders of the packages, less the compiler's own /usr/include (naming it again breaks #include_next).
+    set(fmt_includes "$<FILTER:$<TARGET_PROPERTY:fmt::fmt,INTERFACE_INCLUDE_DIRECTORIES>,EXCLUDE,^/usr/include/?$>")
+    set(fmt_defines "$<TARGET_PROPERTY:fmt::fmt,INTERFACE_COMPILE_DEFINITIONS>")
+    set(json_includes
+        "$<FILTER:$<TARGET_PROPERTY:nlohmann_json::nlohmann_json,INTERFACE_INCLUDE_DIRECTORIES>,EXCLUDE,^/usr/include/?$>")
+    set(output ${CMAKE_CURRENT_BINARY_DIR}/bin/${target})
+    add_custom_command(
+        OUTPUT ${output}
+        COMMAND ${AFD_CLANGXX} -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+                -I${PROJECT_SOURCE_DIR}/src
+                "$<$<BOOL:${fmt_includes}>:-I$<JOIN:${fmt_includes},;-I>>"
+                "$<$<BOOL:${json_includes}>:-I$<JOIN:${json_includes},;-I>>"
+                "$<$<BOOL:${fmt_defines}>:-D$<JOIN:${fmt_defines},;-D>>"
+                ${sources} $<TARGET_LINKER_FILE:fmt::fmt> -o ${output}
+        DEPENDS ${sources} ${afd_fuzz_headers}
+        COMMENT "Building libFuzzer target ${target}"
+        COMMAND_EXPAND_LISTS
+        VERBATIM)
+    add_custom_target(${target} ALL DEPENDS ${output})
+endfunction()
+
+# The safetensors header parser (src/model/safetensors_format.h) on arbitrary bytes.
+set(AFD_FUZZ_SOURCES_safetensors_header src/model/safetensors_format.cpp src/core/check.cpp src/core/dtype.cpp
+    src/core/status.cpp src/core/tensor.cpp)
+afd_fuzz_target(safetensors_header)

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Checks the engine against HF transformers on Qwen3-MoE checkpoints of many shapes.
+
+For each variant: transformers builds a random Qwen3MoeForCausalLM, saves it in BF16 (save_pretrained), and
+computes greedy ids and the last prompt position's logits with the BF16 weights upcast to FP32. Then the engine
+runs on the saved checkpoint: the dense reference (`afd generate`) and AFD (`afd launch`, m2n 1A2F and p2p 2A1F).
+Pass: identical ids everywhere, prompt logits within relative L2 1e-4 of transformers'.
+
+Needs python3 with torch and transformers (the GPU machine has both; no GPU is used).
+Usage: scripts/hf_crosscheck.py --afd build/src/afd [--out DIR]
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+BASE = dict(vocab_size=512, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=8, num_experts_per_tok=2,
+            norm_topk_prob=True, max_position_embeddings=256, rope_theta=1e6, rms_norm_eps=1e-6,
+            tie_word_embeddings=False, decoder_sparse_step=1, mlp_only_layers=[], attention_bias=False)
+
+VARIANTS = {
+    "gqa8to1_headdim32": dict(num_attention_heads=8, num_key_value_heads=1, head_dim=32),
+    "mha_headdim8": dict(num_attention_heads=8, num_key_value_heads=8, head_dim=8),
+    "norm_topk_false_top3of6": dict(norm_topk_prob=False, num_experts=6, num_experts_per_tok=3),
+    "mixed_dense_moe": dict(num_hidden_layers=5, decoder_sparse_step=2, mlp_only_layers=[0]),
+    "tied_embeddings": dict(tie_word_embeddings=True),
+    "real_vocab_151936": dict(vocab_size=151936),
+    "theta1e4_eps1e5": dict(rope_theta=1e4, rms_norm_eps=1e-5),
+    "attention_bias": dict(attention_bias=True),
+    "experts64_top8": dict(num_experts=64, num_experts_per_tok=8, moe_intermediate_size=16),
+}
+
+PROMPT = [3, 17, 99, 250, 7, 42, 311, 5]
+NEW_TOKENS = 12
+
+
+def build_config(cfg):
+    """Qwen3MoeConfig across transformers versions: 5.x spells num_experts as num_local_experts and keeps
+    rope_theta inside rope_parameters; 4.x uses the hub names."""
+    plain = {k: v for k, v in cfg.items() if k not in ("num_experts", "rope_theta")}
+    config = Qwen3MoeConfig(**plain)
+    for attr in ("num_experts", "num_local_experts"):
+        if hasattr(config, attr):
+            setattr(config, attr, cfg["num_experts"])
+    if isinstance(getattr(config, "rope_parameters", None), dict):
+        config.rope_parameters["rope_theta"] = cfg["rope_theta"]
+    if hasattr(config, "rope_theta"):
+        config.rope_theta = cfg["rope_theta"]
+    return config
+
+
+def check_saved(model_dir, cfg):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        saved = json.load(f)
+    experts = saved.get("num_local_experts", saved.get("num_experts"))
+    theta = saved.get("rope_theta", (saved.get("rope_parameters") or {}).get("rope_theta"))
+    if experts != cfg["num_experts"] or theta != cfg["rope_theta"]:
+        raise RuntimeError(f"{model_dir}: saved config has experts={experts} rope_theta={theta}, wanted "
+                           f"{cfg['num_experts']} and {cfg['rope_theta']}")
+
+
+def make_model(overrides, seed):
+    cfg = dict(BASE)
+    cfg.update(overrides)
+    config = build_config(cfg)
+    torch.manual_seed(seed)
+    model = Qwen3MoeForCausalLM(config)
+    # Larger-than-default random weights so greedy choices are decided by clear margins.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 1.0 / math.sqrt(p.shape[-1]))
+            elif "norm" in name:
+                p.uniform_(0.8, 1.2)
+            else:
+                p.normal_(0.0, 0.1)
+    return model.to(torch.bfloat16)
+
+
+def reference(model):
+    m = model.float().eval()
+    ids = list(PROMPT)
+    margins = []
+    last_prompt_logits = None
+    with torch.no_grad():
+        for step in range(NEW_TOKENS):
+            logits = m(torch.tensor([ids])).logits[0, -1]
+            if step == 0:
+                last_prompt_logits = logits.tolist()
+            top2 = torch.topk(logits, 2).values
+            margins.append(float(top2[0] - top2[1]))
+            ids.append(int(torch.argmax(logits)))
+    return ids[len(PROMPT):], last_prompt_logits, min(margins)
+
+
+def rel_l2(a, b):
+    num = sum((x - y) ** 2 for x, y in zip(a, b))
+    den = sum(y * y for y in b)
+    return math.sqrt(num / den)
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} exited {r.returncode}: {r.stderr[-2000:]}")
+    return json.loads(r.stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--afd", required=True)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    out_dir = args.out or tempfile.mkdtemp(prefix="afd-hf-")
+    prompt = ",".join(map(str, PROMPT))
+    rows = []
+    failed = False
+    for i, (name, overrides) in enumerate(VARIANTS.items()):
+        model_dir = os.path.join(out_dir, name)
+        model = make_model(overrides, seed=1000 + i)
+        model.save_pretrained(model_dir)
+        check_saved(model_dir, {**BASE, **overrides})
+        want_ids, want_logits, margin = reference(model)
+        dense = run([args.afd, "generate", "--model", model_dir, "--prompt-ids", prompt, "--max-tokens",
+                     str(NEW_TOKENS), "--json"])
+        err = rel_l2(dense["prompt_last_logits"], want_logits)
+        results = {"dense": dense["new_ids"] == want_ids}
+        for label, afd in (("m2n_1A2F", {"num_attention_ranks": 1, "num_ffn_ranks": 2}),
+                           ("p2p_2A1F", {"num_attention_ranks": 2, "num_ffn_ranks": 1,
+                                         "compute_gate_on_attention": False})):
+            if label.startswith("m2n") and overrides.get("num_experts", BASE["num_experts"]) < 2:
+                continue
+            out = run([args.afd, "launch", "--model", model_dir, "--prompt-ids", prompt, "--prompt-ids", "1,2,3",
+                       "--max-tokens", str(NEW_TOKENS), "--json", "--additional-config", json.dumps({"afd": afd})])
+            results[label] = out["results"][0]["new_ids"] == want_ids and out["afd"]["matches_dense_reference"]
+        ok = all(results.values()) and err < 1e-4
+        failed |= not ok
+        rows.append((name, margin, err, results, ok))
+        print(f"{name}: ids {results} logits relL2 {err:.2e} min margin {margin:.3f} -> {'PASS' if ok else 'FAIL'}",
+              flush=True)
+    print("\nvariant                      min-margin  logits-relL2  dense  m2n_1A2F  p2p_2A1F  result")
+    for name, margin, err, res, ok in rows:
+        print(f"{name:<28} {margin:>10.3f}  {err:>12.2e}  {str(res.get('dense')):>5}  {str(res.get('m2n_1A2F')):>8}"
+              f"  {str(res.get('p2p_2A1F')):>8}  {'PASS' if ok else 'FAIL'}")
+    print(f"{sum(r[4] for r in rows)} passed, {sum(not r[4] for r in rows)} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+// Offline generation: run a fixed list of prompts through an Engine until every one finishes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "attention/engine.h"
+#include "attention/sampling_params.h"
+
+namespace afd::attention {
+
+struct GenerationResult {
+    std::vector<int32_t> prompt_ids;
+    std::vector<int32_t> new_ids;
+    std::vector<float> prompt_last_logits;  // logits at the last prompt position
+    FinishReason finish_reason = FinishReason::kNone;
+};
+
+// Results come back in prompt order. Calls engine.finish() at the end (also after an error) so AFD peers
+// learn that this rank is done.
+core::Result<std::vector<GenerationResult>> generateOffline(Engine& engine,
+                                                            const std::vector<std::vector<int32_t>>& prompts,
+                                                            const SamplingParams& params, bool want_prompt_logits);
+
+}  // namespace afd::attention

@@ -1,0 +1,501 @@
+// `afd launch`: a whole AFD deployment on this machine from one command. Starts F FFN ranks (`afd ffn`) and A
+// attention ranks (`afd generate` as attention ranks, the prompts dealt round-robin), waits for every FFN rank
+// to be ready, waits for the job, stops the FFN ranks (POST /stop) and checks that each exited cleanly with its
+// resources released. Any child dying early tears everything down (SIGTERM, then SIGKILL) with the child named.
+// It also runs the dense reference in this process and reports whether AFD produced the same tokens.
+// Default: a generated tiny model on CPU, 1 attention rank and 2 FFN ranks in m2n.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "attention/engine.h"
+#include "attention/local_mlp_backend.h"
+#include "attention/offline.h"
+#include "core/child_process.h"
+#include "cli/commands.h"
+#include "cli/model_loading.h"
+#include "core/exit_codes.h"
+#include "core/logging.h"
+#include "core/signal_watcher.h"
+#include "model/synthetic.h"
+#include "model/weights.h"
+#include "transport/afd_config.h"
+#include "transport/http_client.h"
+#include "transport/socket.h"
+
+namespace afd::cli {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+struct LaunchOptions {
+    std::string model;
+    std::string additional_config;
+    std::vector<std::string> prompt_ids = {"3,17,99,250,7,42,311,5"};
+    int64_t max_tokens = 16;
+    float temperature = 0.0f;
+    int64_t top_k = 0;
+    float top_p = 1.0f;
+    uint64_t seed = 0;
+    bool json_output = false;
+    bool dbo = false;
+    bool reference = true;
+    std::string ffn_device = "cpu";
+    std::string ffn_device_ids;
+    int64_t timeout_s = 600;
+    std::string run_dir;
+    bool verbose = false;
+};
+
+std::string readFile(const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string tail(const std::string& text, size_t lines) {
+    size_t pos = text.size();
+    for (size_t n = 0; n <= lines && pos > 0; ++n) {
+        pos = text.rfind('\n', pos - 1);
+        if (pos == std::string::npos) return text;
+    }
+    return text.substr(pos + 1);
+}
+
+core::Result<int> freePort() {
+    AFD_ASSIGN_OR_RETURN(transport::Listener listener, transport::listenTcp("127.0.0.1", 0));
+    return listener.port;  // NOTE: closed on return; the port is then free for the FFN rank 0 store.
+}
+
+// The user's afd object with the launcher's defaults filled in (ranks 1A2F when neither count is given, a free
+// port when none is given). The role is implied per child, so giving one is an error.
+core::Result<json> afdObject(const std::string& text) {
+    json root = json::object();
+    if (!text.empty()) {
+        root = json::parse(text, nullptr, false);
+        if (root.is_discarded() || !root.is_object()) return core::invalidArgument("--additional-config must be a JSON object");
+    }
+    if (!root.contains("afd")) root["afd"] = json::object();
+    json& afd = root["afd"];
+    if (!afd.is_object()) return core::invalidArgument("--additional-config: \"afd\" must be an object");
+    for (const char* key : {"role", "afd_role"}) {
+        if (afd.contains(key)) return core::invalidArgument("--additional-config: afd.{} is implied by afd launch (it starts both roles)", key);
+    }
+    if (!afd.contains("num_attention_ranks") && !afd.contains("num_ffn_ranks")) {
+        afd["num_attention_ranks"] = 1;
+        afd["num_ffn_ranks"] = 2;
+    }
+    if (!afd.contains("port") && !afd.contains("afd_port")) {
+        AFD_ASSIGN_OR_RETURN(int port, freePort());
+        afd["port"] = port;
+    }
+    return root;
+}
+
+struct Rank {
+    std::string name;
+    core::ChildProcess process;
+    std::string log_path;
+    std::string out_path;
+    std::string port_file;
+    std::string status_file;
+    int admin_port = 0;
+    std::optional<int> exit_code;
+};
+
+class Launch {
+public:
+    explicit Launch(const LaunchOptions& options) : options_(options) {}
+    int run();
+
+private:
+    int fail(int code, const std::string& message);
+    bool anyEarlyExit(const std::vector<Rank*>& watch, const std::string& waiting_for);
+    int teardown(int code);
+    core::Status waitForAdminPorts();
+    core::Status waitForReady();
+    json fetchStatus(const Rank& ffn);
+    std::vector<attention::GenerationResult> denseReference(const std::vector<std::vector<int32_t>>& prompts,
+                                                            const attention::SamplingParams& params);
+
+    const LaunchOptions& options_;
+    std::atomic<bool> interrupted_{false};
+    std::string binary_;
+    std::string run_dir_;
+    bool own_run_dir_ = false;
+    std::vector<Rank> ffn_;
+    std::vector<Rank> attention_;
+    std::chrono::steady_clock::time_point deadline_;
+};
+
+int Launch::fail(int code, const std::string& message) {
+    AFD_LOG_ERROR("{}", message);
+    return teardown(code);
+}
+
+int Launch::teardown(int code) {
+    for (auto* group : {&attention_, &ffn_}) {
+        for (auto& r : *group) r.process.signal(SIGTERM);
+    }
+    for (auto* group : {&attention_, &ffn_}) {
+        for (auto& r : *group) {
+            if (!r.process.wait(20s)) r.process.terminate(1s);
+        }
+    }
+    return code;
+}
+
+bool Launch::anyEarlyExit(const std::vector<Rank*>& watch, const std::string& waiting_for) {
+    for (Rank* r : watch) {
+        if (auto code = r->process.poll()) {
+            r->exit_code = code;
+            AFD_LOG_ERROR("{} exited with code {} while {}; last lines of its log ({}):\n{}", r->name, *code,
+                          waiting_for, r->log_path, tail(readFile(r->log_path), 15));
+            return true;
+        }
+    }
+    return false;
+}
+
+core::Status Launch::waitForAdminPorts() {
+    std::vector<Rank*> watch;
+    for (auto& r : ffn_) watch.push_back(&r);
+    for (auto& r : ffn_) {
+        while (true) {
+            if (interrupted_) return core::makeStatus(core::StatusCode::kCancelled, "interrupted");
+            if (anyEarlyExit(watch, "starting")) return core::internalError("an FFN rank exited during start-up");
+            const std::string text = readFile(r.port_file);
+            if (!text.empty()) {
+                r.admin_port = std::stoi(text);
+                break;
+            }
+            if (std::chrono::steady_clock::now() > deadline_) {
+                return core::timeoutError("{} did not start its admin server before the timeout", r.name);
+            }
+            std::this_thread::sleep_for(20ms);
+        }
+    }
+    return core::Status::ok();
+}
+
+core::Status Launch::waitForReady() {
+    std::vector<Rank*> watch;
+    for (auto& r : ffn_) watch.push_back(&r);
+    for (auto& r : attention_) watch.push_back(&r);
+    for (auto& r : ffn_) {
+        while (true) {
+            if (interrupted_) return core::makeStatus(core::StatusCode::kCancelled, "interrupted");
+            auto reply = transport::httpRequest("127.0.0.1", r.admin_port, "GET", "/ready", "", 2s);
+            // A rank whose session already ended (a very short job) was ready before.
+            if (reply.isOk() && (reply->status == 200 || reply->body.find("session_ended") != std::string::npos)) break;
+            if (anyEarlyExit(watch, "waiting for the FFN ranks to be ready")) {
+                return core::internalError("a rank exited before every FFN rank was ready");
+            }
+            if (std::chrono::steady_clock::now() > deadline_) return core::timeoutError("{} never became ready", r.name);
+            std::this_thread::sleep_for(20ms);
+        }
+    }
+    return core::Status::ok();
+}
+
+json Launch::fetchStatus(const Rank& ffn) {
+    auto reply = transport::httpRequest("127.0.0.1", ffn.admin_port, "GET", "/status", "", 5s);
+    if (!reply.isOk() || reply->status != 200) return json::object();
+    json j = json::parse(reply->body, nullptr, false);
+    return j.is_discarded() ? json::object() : j;
+}
+
+std::vector<attention::GenerationResult> Launch::denseReference(const std::vector<std::vector<int32_t>>& prompts,
+                                                                const attention::SamplingParams& params) {
+    auto opened = openModel(options_.model.empty() ? run_dir_ + "/model" : options_.model);
+    AFD_CHECK_OK(opened.status());
+    auto weights = model::loadWeights(opened->checkpoint, opened->config, model::WeightSelection::everything(opened->config));
+    AFD_CHECK_OK(weights.status());
+    attention::LocalMlpBackend backend(opened->config, *weights);
+    attention::EngineOptions engine_options;
+    engine_options.scheduler.max_model_len = std::min<int64_t>(opened->config.max_position_embeddings, 8192);
+    attention::Engine engine(opened->config, *weights, backend, engine_options);
+    auto results = attention::generateOffline(engine, prompts, params, false);
+    AFD_CHECK_OK(results.status());
+    return std::move(results).value();
+}
+
+int Launch::run() {
+    auto signals = core::SignalWatcher::create([this](int) { interrupted_ = true; });
+    if (!signals.isOk()) return fail(core::kExitInternal, signals.status().message());
+    deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(options_.timeout_s);
+    binary_ = std::filesystem::read_symlink("/proc/self/exe").string();
+
+    auto root = afdObject(options_.additional_config);
+    if (!root.isOk()) return fail(core::kExitBadConfig, root.status().message());
+    json afd_json = (*root)["afd"];
+    afd_json["role"] = "attention";
+    auto afd = transport::AfdConfig::fromJson(afd_json.dump(), transport::Role::kAttention, "--additional-config");
+    if (!afd.isOk()) return fail(core::kExitBadConfig, afd.status().message());
+    afd_json.erase("role");
+
+    std::vector<std::vector<int32_t>> prompts;
+    for (const auto& text : options_.prompt_ids) {
+        std::vector<int32_t> ids;
+        for (size_t pos = 0; pos <= text.size();) {
+            const size_t comma = std::min(text.find(',', pos), text.size());
+            try {
+                ids.push_back(std::stoi(text.substr(pos, comma - pos)));
+            } catch (const std::exception&) {
+                return fail(core::kExitBadConfig, fmt::format("--prompt-ids {:?} is not a list of token ids", text));
+            }
+            pos = comma + 1;
+        }
+        prompts.push_back(std::move(ids));
+    }
+
+    if (options_.run_dir.empty()) {
+        char templ[] = "/tmp/afd-launch-XXXXXX";
+        if (::mkdtemp(templ) == nullptr) return fail(core::kExitFailure, "cannot create a run directory under /tmp");
+        run_dir_ = templ;
+        own_run_dir_ = true;
+    } else {
+        run_dir_ = options_.run_dir;
+        std::filesystem::create_directories(run_dir_);
+    }
+    std::string model_dir = options_.model;
+    if (model_dir.empty()) {
+        model_dir = run_dir_ + "/model";
+        auto tiny = model::ModelConfig::preset("tiny");
+        if (auto s = model::writeSyntheticCheckpoint(model_dir, *tiny, {}); !s.isOk()) return fail(core::kExitFailure, s.message());
+    }
+    const std::string child_log_level = options_.verbose ? "info" : "warn";
+    const int A = afd->num_attention_ranks;
+    const int F = afd->num_ffn_ranks;
+    // Share the cores among the children unless the user chose a thread count: A + F pools of all cores each
+    // would oversubscribe the machine many times over.
+    std::string threads_env;
+    if (std::getenv("AFD_NUM_THREADS") == nullptr) {
+        const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        threads_env = std::to_string(std::max(1, cores / (A + F)));
+    }
+
+    // FFN ranks first (the order does not matter to the connector; it lets the launcher gate on readiness).
+    for (int k = 0; k < F; ++k) {
+        json cfg = {{"afd", afd_json}};
+        cfg["afd"]["role"] = "ffn";
+        Rank r;
+        r.name = fmt::format("ffn rank {}", k);
+        r.log_path = fmt::format("{}/ffn{}.log", run_dir_, k);
+        r.port_file = fmt::format("{}/ffn{}.port", run_dir_, k);
+        r.status_file = fmt::format("{}/ffn{}.status.json", run_dir_, k);
+        core::ChildProcess::Spec spec;
+        spec.argv = {binary_, "--log-level", child_log_level, "ffn", model_dir, "--additional-config", cfg.dump(),
+                     "--admin-port", "0", "--admin-port-file", r.port_file, "--status-file", r.status_file,
+                     "--device", options_.ffn_device};
+        if (!options_.ffn_device_ids.empty()) {
+            spec.argv.push_back("--device-ids");
+            spec.argv.push_back(options_.ffn_device_ids);
+        }
+        spec.env = {{"RANK", std::to_string(k)}, {"WORLD_SIZE", std::to_string(F)}, {"LOCAL_RANK", std::to_string(k)}};
+        if (!threads_env.empty()) spec.env.emplace_back("AFD_NUM_THREADS", threads_env);
+        spec.stderr_path = options_.verbose ? "" : r.log_path;
+        auto child = core::ChildProcess::spawn(spec);
+        if (!child.isOk()) return fail(core::kExitFailure, child.status().message());
+        r.process = std::move(child).value();
+        ffn_.push_back(std::move(r));
+    }
+    if (auto s = waitForAdminPorts(); !s.isOk()) return fail(core::kExitFailure, s.message());
+
+    for (int a = 0; a < A; ++a) {
+        json cfg = {{"afd", afd_json}};
+        cfg["afd"]["role"] = "attention";
+        Rank r;
+        r.name = fmt::format("attention rank {}", a);
+        r.log_path = fmt::format("{}/attention{}.log", run_dir_, a);
+        r.out_path = fmt::format("{}/attention{}.json", run_dir_, a);
+        core::ChildProcess::Spec spec;
+        spec.argv = {binary_, "--log-level", child_log_level, "generate", "--model", model_dir,
+                     "--additional-config", cfg.dump(), "--attention-rank", std::to_string(a), "--json",
+                     "--max-tokens", std::to_string(options_.max_tokens), "--temperature",
+                     fmt::format("{}", options_.temperature), "--top-k", std::to_string(options_.top_k), "--top-p",
+                     fmt::format("{}", options_.top_p), "--seed", std::to_string(options_.seed)};
+        if (options_.dbo) spec.argv.push_back("--dbo");
+        for (size_t i = static_cast<size_t>(a); i < options_.prompt_ids.size(); i += static_cast<size_t>(A)) {
+            spec.argv.push_back("--prompt-ids");
+            spec.argv.push_back(options_.prompt_ids[i]);
+        }
+        if (!threads_env.empty()) spec.env.emplace_back("AFD_NUM_THREADS", threads_env);
+        spec.stdout_path = r.out_path;
+        spec.stderr_path = options_.verbose ? "" : r.log_path;
+        auto child = core::ChildProcess::spawn(spec);
+        if (!child.isOk()) return fail(core::kExitFailure, child.status().message());
+        r.process = std::move(child).value();
+        attention_.push_back(std::move(r));
+    }
+    if (auto s = waitForReady(); !s.isOk()) return fail(s.code() == core::StatusCode::kCancelled ? core::kExitFailure : core::kExitFailure, s.message());
+
+    // The job: wait for every attention rank; any FFN rank exiting meanwhile is a failure.
+    std::vector<Rank*> ffn_watch;
+    for (auto& r : ffn_) ffn_watch.push_back(&r);
+    for (auto& r : attention_) {
+        while (!(r.exit_code = r.process.poll())) {
+            if (interrupted_) return fail(core::kExitFailure, "interrupted: stopping every rank");
+            if (anyEarlyExit(ffn_watch, "attention ranks were running")) {
+                return fail(core::kExitPeerLost, "an FFN rank died during the job; stopping every rank");
+            }
+            if (std::chrono::steady_clock::now() > deadline_) {
+                return fail(core::kExitFailure, fmt::format("the job did not finish within --timeout {} s", options_.timeout_s));
+            }
+            std::this_thread::sleep_for(10ms);
+        }
+        if (*r.exit_code != 0) {
+            AFD_LOG_ERROR("{} exited with code {}; last lines of its log ({}):\n{}", r.name, *r.exit_code, r.log_path,
+                          tail(readFile(r.log_path), 15));
+            return fail(*r.exit_code, "an attention rank failed; stopping every rank");
+        }
+    }
+    std::vector<json> ffn_status;
+    for (auto& r : ffn_) ffn_status.push_back(fetchStatus(r));
+    // Ordered stop: POST /stop to every FFN rank, then wait for each to exit and check its status file.
+    bool clean = true;
+    for (auto& r : ffn_) {
+        auto reply = transport::httpRequest("127.0.0.1", r.admin_port, "POST", "/stop", "", 5s);
+        if (!reply.isOk()) AFD_LOG_WARN("{}: POST /stop failed: {}", r.name, reply.status().message());
+    }
+    for (auto& r : ffn_) {
+        r.exit_code = r.process.wait(20s);
+        if (!r.exit_code) r.exit_code = r.process.terminate(1s);
+        const json status = json::parse(readFile(r.status_file), nullptr, false);
+        const bool released = !status.is_discarded() && status.value("resources_released", false);
+        if (*r.exit_code != 0 || !released) {
+            clean = false;
+            AFD_LOG_ERROR("{} exited with code {} (resources released: {}); log {}", r.name, *r.exit_code, released,
+                          r.log_path);
+        }
+    }
+
+    // Results in prompt order (rank a held prompts a, a + A, a + 2A …).
+    std::vector<attention::GenerationResult> results(prompts.size());
+    std::vector<json> layer_timings;
+    for (int a = 0; a < A; ++a) {
+        const json out = json::parse(readFile(attention_[static_cast<size_t>(a)].out_path), nullptr, false);
+        if (out.is_discarded()) return fail(core::kExitFailure, fmt::format("attention rank {} printed no JSON", a));
+        std::vector<json> items;
+        if (out.contains("results")) {
+            for (const auto& item : out["results"]) items.push_back(item);
+        } else if (out.contains("new_ids")) {
+            items.push_back(out);
+        }
+        for (size_t i = 0; i < items.size(); ++i) {
+            auto& r = results[static_cast<size_t>(a) + i * static_cast<size_t>(A)];
+            r.prompt_ids = items[i]["prompt_ids"].get<std::vector<int32_t>>();
+            r.new_ids = items[i]["new_ids"].get<std::vector<int32_t>>();
+            r.prompt_last_logits = items[i]["prompt_last_logits"].get<std::vector<float>>();
+        }
+        layer_timings.push_back(out.value("layer_timings", json::array()));
+    }
+    std::optional<bool> matches;
+    if (options_.reference) {
+        attention::SamplingParams params;
+        params.max_tokens = options_.max_tokens;
+        params.temperature = options_.temperature;
+        params.top_k = options_.top_k;
+        params.top_p = options_.top_p;
+        params.seed = options_.seed;
+        const auto dense = denseReference(prompts, params);
+        matches = true;
+        for (size_t i = 0; i < prompts.size(); ++i) matches = *matches && dense[i].new_ids == results[i].new_ids;
+    }
+
+    // Per layer: attention-side transfer time (mean over attention ranks), FFN compute and wait (max over ranks).
+    json layers = json::array();
+    const size_t num_layers = layer_timings.empty() ? 0 : layer_timings[0].size();
+    for (size_t l = 0; l < num_layers; ++l) {
+        double transfer = 0.0;
+        for (const auto& t : layer_timings) transfer += t[l].value("transfer_seconds", 0.0);
+        transfer /= static_cast<double>(layer_timings.size());
+        double compute = 0.0, wait = 0.0;
+        bool crosses = false;
+        for (const auto& s : ffn_status) {
+            for (const auto& entry : s.value("layers", json::array())) {
+                if (entry.value("layer", -1) != static_cast<int>(l)) continue;
+                crosses = true;
+                compute = std::max(compute, entry.value("compute_seconds", 0.0));
+                wait = std::max(wait, entry.value("wait_seconds", 0.0));
+            }
+        }
+        layers.push_back({{"layer", l}, {"crosses", crosses}, {"attention_transfer_seconds", transfer},
+                          {"ffn_compute_seconds", compute}, {"ffn_wait_seconds", wait}});
+    }
+
+    if (options_.json_output) {
+        auto one = [](const attention::GenerationResult& r) {
+            return json{{"prompt_ids", r.prompt_ids}, {"new_ids", r.new_ids}, {"prompt_last_logits", r.prompt_last_logits}};
+        };
+        json out = results.size() == 1 ? one(results[0]) : json{{"results", json::array()}};
+        if (results.size() != 1) {
+            for (const auto& r : results) out["results"].push_back(one(r));
+        }
+        out["afd"] = {{"num_attention_ranks", A}, {"num_ffn_ranks", F},
+                      {"mode", afd->compute_gate_on_attention ? "m2n" : "p2p"}, {"layers", layers},
+                      {"matches_dense_reference", matches ? json(*matches) : json(nullptr)}, {"clean_shutdown", clean}};
+        std::cout << out.dump() << "\n";
+    } else {
+        std::cout << fmt::format("AFD {} with {} attention rank(s) and {} FFN rank(s), model {}\n",
+                                 afd->compute_gate_on_attention ? "m2n" : "p2p", A, F, model_dir);
+        for (size_t i = 0; i < results.size(); ++i) {
+            std::cout << fmt::format("prompt {} [{}] -> {}\n", i, fmt::join(results[i].prompt_ids, ","),
+                                     fmt::join(results[i].new_ids, ","));
+        }
+        std::cout << "layer  crosses  attention transfer (ms)  FFN compute (ms)  FFN wait (ms)\n";
+        for (const auto& l : layers) {
+            std::cout << fmt::format("{:>5}  {:>7}  {:>23.3f}  {:>16.3f}  {:>13.3f}\n", l["layer"].get<int>(),
+                                     l["crosses"].get<bool>() ? "yes" : "no",
+                                     1e3 * l["attention_transfer_seconds"].get<double>(),
+                                     1e3 * l["ffn_compute_seconds"].get<double>(), 1e3 * l["ffn_wait_seconds"].get<double>());
+        }
+        if (matches) std::cout << fmt::format("matches the dense reference: {}\n", *matches ? "yes" : "NO");
+        std::cout << fmt::format("FFN ranks stopped cleanly with resources released: {}\n", clean ? "yes" : "NO");
+    }
+    if (own_run_dir_ && clean && matches.value_or(true)) std::filesystem::remove_all(run_dir_);
+    if (!clean) return core::kExitFailure;
+    if (matches && !*matches) {
+        AFD_LOG_ERROR("AFD tokens differ from the dense reference (logs kept in {})", run_dir_);
+        return core::kExitFailure;
+    }
+    return core::kExitOk;
+}
+
+}  // namespace
+
+void addLaunchCommand(CLI::App& app, int& exit_code) {
+    auto o = std::make_shared<LaunchOptions>();
+    CLI::App* cmd = app.add_subcommand("launch", "Start a local AFD deployment (FFN + attention ranks) and run a job");
+    cmd->add_option("--model", o->model, "model directory (default: a generated tiny model)");
+    cmd->add_option("--additional-config", o->additional_config,
+                    "JSON {\"afd\": {...}}: ranks, compute_gate_on_attention, host, port … (role is implied)");
+    cmd->add_option("--prompt-ids", o->prompt_ids, "comma-separated token ids; repeat for several prompts")->take_all();
+    cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate per prompt")->default_val(16);
+    cmd->add_option("--temperature", o->temperature, "0 = greedy")->default_val(0.0f);
+    cmd->add_option("--top-k", o->top_k, "0 = off")->default_val(0);
+    cmd->add_option("--top-p", o->top_p, "1 = off")->default_val(1.0f);
+    cmd->add_option("--seed", o->seed, "sampling seed")->default_val(0);
+    cmd->add_flag("--json", o->json_output, "print the generate JSON (plus an \"afd\" report)");
+    cmd->add_flag("--dbo", o->dbo, "two-stage steps (dual-batch overlap) on the attention ranks");
+    cmd->add_flag("!--no-reference", o->reference, "skip the dense reference comparison");
+    cmd->add_option("--ffn-device", o->ffn_device, "cpu or cuda")->default_val("cpu");
+    cmd->add_option("--ffn-device-ids", o->ffn_device_ids, "GPUs of the FFN ranks, e.g. 0,1");
+    cmd->add_option("--timeout", o->timeout_s, "seconds for the whole job")->default_val(600);
+    cmd->add_option("--run-dir", o->run_dir, "keep logs and status files here (default: a temporary directory)");
+    cmd->add_flag("--verbose", o->verbose, "children log to this terminal at info level");
+    cmd->callback([o, &exit_code] {
+        Launch launch(*o);
+        exit_code = launch.run();
+    });
+}
+
+}  // namespace afd::cli

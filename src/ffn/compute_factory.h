@@ -1,0 +1,29 @@
+// Creates the FfnCompute for a device: "cpu", or "cuda" (built with the CUDA backend only).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "ffn/ffn_compute.h"
+#include "model/model_config.h"
+#include "model/weights.h"
+
+namespace afd::ffn {
+
+// The GPU index for `local_rank`: `device_ids` ("2,3") indexed by local_rank, or local_rank itself when empty
+// (LOCAL_RANK=1 with --device-ids 2,3 → GPU 3). Checks the list's syntax only, not that the GPU exists.
+core::Result<int> mapLocalRankToGpu(const std::string& device_ids, int local_rank);
+
+// Resolves the GPU of this rank: `device_ids` ("2,3") indexed by local_rank, or local_rank itself when empty.
+// Errors name the flag and the rule (a malformed list, LOCAL_RANK past its end, a GPU that does not exist, CUDA
+// not built). For "cpu", device_ids must be empty. Returns -1 for cpu.
+core::Result<int> resolveDevice(const std::string& device, const std::string& device_ids, int local_rank);
+
+// Takes the loaded weights; for CUDA they are copied to `gpu` once (in the kernels' layout) and the host copy is
+// dropped. `max_rows`: the most tokens one call may carry (sizes the GPU's staging buffers).
+core::Result<std::unique_ptr<FfnCompute>> createFfnCompute(const std::string& device, int gpu,
+                                                           const model::ModelConfig& config,
+                                                           model::ModelWeights weights, int64_t max_rows);
+
+}  // namespace afd::ffn

@@ -1,0 +1,269 @@
+#include "ffn/cuda/cuda_ffn_compute.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "core/bf16.h"
+#include "core/env.h"
+#include "core/logging.h"
+#include "core/thread_pool.h"
+#include "ffn/cuda/device_memory.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/moe_cuda.h"
+
+namespace afd::ffn {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::GraphExec;
+using cuda::PinnedBuffer;
+using cuda::Stream;
+
+int64_t bucketFor(int64_t tokens) {
+    if (tokens <= 16) return 16;
+    int64_t pow2 = 16;
+    while (pow2 < tokens) pow2 *= 2;
+    const int64_t step = std::max<int64_t>(16, pow2 / 8);
+    return (tokens + step - 1) / step * step;
+}
+
+struct DeviceLayer {
+    bool present = false;  // this rank computes something for the layer
+    bool is_moe = false;
+    bool route_here = false;  // p2p MoE: the router runs on this rank
+    int64_t num_experts = 0;
+    int64_t inter = 0;
+    DeviceBuffer w13;
+    DeviceBuffer w2;
+    DeviceBuffer router;
+};
+
+class CudaFfnCompute : public FfnCompute {
+public:
+    CudaFfnCompute(const model::ModelConfig& config, int gpu, int64_t max_rows)
+        : config_(config), gpu_(gpu), max_rows_(max_rows) {}
+
+    core::Status init(model::ModelWeights weights);
+
+    core::Status moePartial(int64_t layer, int64_t num_tokens, const float* x, const int32_t* ids,
+                            const float* weights, float* out) override {
+        return run(layer, num_tokens, x, ids, weights, out);
+    }
+    core::Status mlpBlock(int64_t layer, int64_t num_tokens, const float* x, float* out) override {
+        return run(layer, num_tokens, x, nullptr, nullptr, out);
+    }
+    std::string describe() const override { return fmt::format("cuda:{} ({})", gpu_, device_name_); }
+    uint64_t deviceWeightBytes() const override { return weight_bytes_; }
+    void release() override;
+
+private:
+    core::Status run(int64_t layer, int64_t T, const float* x, const int32_t* ids, const float* weights, float* out);
+    // Enqueues the layer's kernels for `rows` staged rows on the stream.
+    void enqueue(int64_t layer, int64_t rows);
+
+    const model::ModelConfig& config_;
+    const int gpu_;
+    const int64_t max_rows_;
+    std::string device_name_;
+    uint64_t weight_bytes_ = 0;
+    bool use_graphs_ = true;
+    std::vector<DeviceLayer> layers_;
+    std::unique_ptr<Stream> stream_;
+    DeviceBuffer x_dev_, ids_dev_, weights_dev_, out_dev_, workspace_;
+    PinnedBuffer x_host_, ids_host_, weights_host_, out_host_;
+    std::map<std::pair<int64_t, int64_t>, GraphExec> graphs_;  // (layer, bucket)
+    bool released_ = false;
+};
+
+core::Status CudaFfnCompute::init(model::ModelWeights weights) {
+    AFD_CUDA_CHECK(cudaSetDevice(gpu_));
+    device_name_ = kernels::cuda::deviceInfo(gpu_).name;
+    auto graphs = core::envBool("AFD_FFN_CUDA_GRAPHS", true);
+    if (!graphs.isOk()) return graphs.status();
+    use_graphs_ = *graphs;
+    const int64_t H = config_.hidden_size;
+    const int64_t K = config_.num_experts_per_tok;
+    if (H % 64 != 0) return core::unsupported("--device cuda needs hidden_size % 64 == 0, got {}", H);
+    stream_ = std::make_unique<Stream>();
+    layers_.resize(weights.mlp.size());
+    int64_t max_experts = 1, max_inter = 1;
+    for (size_t l = 0; l < weights.mlp.size(); ++l) {
+        const model::MlpLayerWeights& w = weights.mlp[l];
+        DeviceLayer& d = layers_[l];
+        d.is_moe = w.is_moe;
+        if (!w.hasExperts()) continue;
+        if (w.inter % 32 != 0) {
+            return core::unsupported("--device cuda needs the MLP width % 32 == 0; layer {} has {}", l, w.inter);
+        }
+        d.present = true;
+        d.num_experts = w.expert_end - w.expert_begin;
+        d.inter = w.inter;
+        d.w13 = DeviceBuffer(w.w13.nbytes());
+        d.w2 = DeviceBuffer(w.w2.nbytes());
+        AFD_CUDA_CHECK(cudaMemcpy(d.w13.get(), w.w13.rawData(), w.w13.nbytes(), cudaMemcpyHostToDevice));
+        AFD_CUDA_CHECK(cudaMemcpy(d.w2.get(), w.w2.rawData(), w.w2.nbytes(), cudaMemcpyHostToDevice));
+        weight_bytes_ += w.w13.nbytes() + w.w2.nbytes();
+        if (w.is_moe && w.router.rawData() != nullptr) {
+            if (config_.num_experts % 8 != 0 || config_.num_experts > 256 || K > 32) {
+                return core::unsupported("the GPU router needs num_experts % 8 == 0, <= 256 and top_k <= 32");
+            }
+            d.route_here = true;
+            d.router = DeviceBuffer(w.router.nbytes());
+            AFD_CUDA_CHECK(cudaMemcpy(d.router.get(), w.router.rawData(), w.router.nbytes(), cudaMemcpyHostToDevice));
+            weight_bytes_ += w.router.nbytes();
+        }
+        max_experts = std::max(max_experts, d.num_experts);
+        max_inter = std::max(max_inter, d.inter);
+    }
+    const int64_t rows = bucketFor(max_rows_);
+    x_dev_ = DeviceBuffer(static_cast<size_t>(rows * H) * sizeof(uint16_t));
+    out_dev_ = DeviceBuffer(static_cast<size_t>(rows * H) * sizeof(uint16_t));
+    ids_dev_ = DeviceBuffer(static_cast<size_t>(rows * K) * sizeof(int32_t));
+    weights_dev_ = DeviceBuffer(static_cast<size_t>(rows * K) * sizeof(float));
+    workspace_ = DeviceBuffer(kernels::moeCudaWorkspaceBytes(rows, K, max_experts, H, max_inter));
+    x_host_ = PinnedBuffer(static_cast<size_t>(rows * H) * sizeof(uint16_t));
+    out_host_ = PinnedBuffer(static_cast<size_t>(rows * H) * sizeof(uint16_t));
+    ids_host_ = PinnedBuffer(static_cast<size_t>(rows * K) * sizeof(int32_t));
+    weights_host_ = PinnedBuffer(static_cast<size_t>(rows * K) * sizeof(float));
+    AFD_LOG_INFO("{}: {} bytes of weights in device memory, staging for {} rows, CUDA graphs {}", describe(),
+                 weight_bytes_, rows, use_graphs_ ? "on" : "off");
+    return core::Status::ok();
+}
+
+void CudaFfnCompute::enqueue(int64_t layer, int64_t rows) {
+    const DeviceLayer& d = layers_[static_cast<size_t>(layer)];
+    kernels::MoeParams p;
+    p.num_tokens = rows;
+    p.hidden = config_.hidden_size;
+    p.inter = d.inter;
+    p.num_experts = d.num_experts;
+    p.top_k = d.is_moe ? config_.num_experts_per_tok : 1;
+    p.act_dtype = kernels::ActDType::kBf16;
+    p.x = x_dev_.get();
+    p.topk_ids = ids_dev_.as<int32_t>();
+    p.topk_weights = weights_dev_.as<float>();
+    p.w13 = d.w13.as<core::Bf16>();
+    p.w2 = d.w2.as<core::Bf16>();
+    p.out = out_dev_.get();
+    if (d.route_here) {
+        kernels::RouterParams r;
+        r.num_tokens = rows;
+        r.hidden = config_.hidden_size;
+        r.num_experts = config_.num_experts;
+        r.top_k = config_.num_experts_per_tok;
+        r.norm_topk_prob = config_.norm_topk_prob;
+        r.act_dtype = kernels::ActDType::kBf16;
+        r.x = x_dev_.get();
+        r.gate_w = d.router.as<core::Bf16>();
+        r.topk_ids = ids_dev_.as<int32_t>();
+        r.topk_weights = weights_dev_.as<float>();
+        kernels::routerForwardCuda(r, stream_->get());
+    }
+    kernels::moeForwardCuda(p, workspace_.get(), workspace_.bytes(), stream_->get());
+}
+
+core::Status CudaFfnCompute::run(int64_t layer, int64_t T, const float* x, const int32_t* ids, const float* weights,
+                                 float* out) {
+    AFD_CHECK(!released_, "GPU FFN compute used after release()");
+    const DeviceLayer& d = layers_[static_cast<size_t>(layer)];
+    AFD_CHECK(d.present, "layer {} has no weights on this rank", layer);
+    AFD_CHECK(T <= max_rows_, "{} rows exceed the {} this rank was sized for", T, max_rows_);
+    if (T == 0) return core::Status::ok();
+    AFD_CUDA_CHECK(cudaSetDevice(gpu_));
+    const int64_t H = config_.hidden_size;
+    const int64_t K = d.is_moe ? config_.num_experts_per_tok : 1;
+    const int64_t bucket = use_graphs_ ? bucketFor(T) : T;
+    auto* xh = x_host_.as<uint16_t>();
+    core::parallelFor(T, 64, [&](int64_t b, int64_t e) {
+        for (int64_t i = b * H; i < e * H; ++i) xh[i] = core::floatToBf16Bits(x[i]);
+    });
+    std::memset(xh + T * H, 0, static_cast<size_t>((bucket - T) * H) * sizeof(uint16_t));
+    const bool upload_routing = !d.route_here;
+    if (upload_routing) {
+        auto* ih = ids_host_.as<int32_t>();
+        auto* wh = weights_host_.as<float>();
+        if (ids != nullptr) {
+            std::memcpy(ih, ids, static_cast<size_t>(T * K) * sizeof(int32_t));
+            std::memcpy(wh, weights, static_cast<size_t>(T * K) * sizeof(float));
+        } else {  // dense MLP layer: expert 0 with weight 1
+            std::fill(ih, ih + T * K, 0);
+            std::fill(wh, wh + T * K, 1.0f);
+        }
+        std::fill(ih + T * K, ih + bucket * K, -1);  // padding rows go to no expert
+        std::fill(wh + T * K, wh + bucket * K, 0.0f);
+    }
+    cudaStream_t s = stream_->get();
+    AFD_CUDA_CHECK(cudaMemcpyAsync(x_dev_.get(), xh, static_cast<size_t>(bucket * H) * sizeof(uint16_t),
+                                   cudaMemcpyHostToDevice, s));
+    if (upload_routing) {
+        AFD_CUDA_CHECK(cudaMemcpyAsync(ids_dev_.get(), ids_host_.as<int32_t>(),
+                                       static_cast<size_t>(bucket * K) * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+        AFD_CUDA_CHECK(cudaMemcpyAsync(weights_dev_.get(), weights_host_.as<float>(),
+                                       static_cast<size_t>(bucket * K) * sizeof(float), cudaMemcpyHostToDevice, s));
+    }
+    if (use_graphs_) {
+        auto key = std::make_pair(layer, bucket);
+        auto it = graphs_.find(key);
+        if (it == graphs_.end()) {
+            cudaGraph_t graph = nullptr;
+            AFD_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            enqueue(layer, bucket);
+            AFD_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+            cudaGraphExec_t exec = nullptr;
+            const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+            (void)cudaGraphDestroy(graph);
+            AFD_CUDA_CHECK(instantiated);
+            it = graphs_.emplace(key, GraphExec(exec)).first;
+        }
+        AFD_CUDA_CHECK(cudaGraphLaunch(it->second.get(), s));
+    } else {
+        enqueue(layer, bucket);
+    }
+    AFD_CUDA_CHECK_LAUNCH();
+    auto* oh = out_host_.as<uint16_t>();
+    AFD_CUDA_CHECK(cudaMemcpyAsync(oh, out_dev_.get(), static_cast<size_t>(T * H) * sizeof(uint16_t),
+                                   cudaMemcpyDeviceToHost, s));
+    AFD_CUDA_CHECK(cudaStreamSynchronize(s));
+    core::parallelFor(T, 64, [&](int64_t b, int64_t e) {
+        for (int64_t i = b * H; i < e * H; ++i) out[i] = core::bf16BitsToFloat(oh[i]);
+    });
+    return core::Status::ok();
+}
+
+void CudaFfnCompute::release() {
+    if (released_) return;
+    released_ = true;
+    (void)cudaSetDevice(gpu_);
+    graphs_.clear();
+    layers_.clear();
+    x_dev_ = DeviceBuffer();
+    out_dev_ = DeviceBuffer();
+    ids_dev_ = DeviceBuffer();
+    weights_dev_ = DeviceBuffer();
+    workspace_ = DeviceBuffer();
+    x_host_ = PinnedBuffer();
+    out_host_ = PinnedBuffer();
+    ids_host_ = PinnedBuffer();
+    weights_host_ = PinnedBuffer();
+    stream_.reset();
+}
+
+}  // namespace
+
+core::Result<std::unique_ptr<FfnCompute>> createCudaFfnCompute(const model::ModelConfig& config,
+                                                               model::ModelWeights weights, int gpu, int64_t max_rows) {
+    auto compute = std::make_unique<CudaFfnCompute>(config, gpu, max_rows);
+    try {
+        AFD_RETURN_IF_ERROR(compute->init(std::move(weights)));
+    } catch (const core::Error& e) {
+        return core::internalError("setting up the GPU FFN compute on cuda:{}: {}", gpu, e.what());
+    }
+    return std::unique_ptr<FfnCompute>(std::move(compute));
+}
+
+}  // namespace afd::ffn

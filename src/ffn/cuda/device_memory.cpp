@@ -1,0 +1,67 @@
+#include "ffn/cuda/device_memory.h"
+
+#include "core/logging.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace afd::ffn::cuda {
+namespace {
+
+void logFree(const char* what, cudaError_t error) {
+    if (error != cudaSuccess) AFD_LOG_ERROR("{} failed: {}", what, cudaGetErrorString(error));
+}
+
+}  // namespace
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes > 0) AFD_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+    if (ptr_ != nullptr) logFree("cudaFree", cudaFree(ptr_));
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+        if (ptr_ != nullptr) logFree("cudaFree", cudaFree(ptr_));
+        ptr_ = std::exchange(other.ptr_, nullptr);
+        bytes_ = other.bytes_;
+    }
+    return *this;
+}
+
+PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes > 0) AFD_CUDA_CHECK(cudaMallocHost(&ptr_, bytes));
+}
+
+PinnedBuffer::~PinnedBuffer() {
+    if (ptr_ != nullptr) logFree("cudaFreeHost", cudaFreeHost(ptr_));
+}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+    if (this != &other) {
+        if (ptr_ != nullptr) logFree("cudaFreeHost", cudaFreeHost(ptr_));
+        ptr_ = std::exchange(other.ptr_, nullptr);
+        bytes_ = other.bytes_;
+    }
+    return *this;
+}
+
+Stream::Stream() { AFD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+
+Stream::~Stream() {
+    if (stream_ != nullptr) logFree("cudaStreamDestroy", cudaStreamDestroy(stream_));
+}
+
+GraphExec::~GraphExec() {
+    if (exec_ != nullptr) logFree("cudaGraphExecDestroy", cudaGraphExecDestroy(exec_));
+}
+
+GraphExec& GraphExec::operator=(GraphExec&& other) noexcept {
+    if (this != &other) {
+        if (exec_ != nullptr) logFree("cudaGraphExecDestroy", cudaGraphExecDestroy(exec_));
+        exec_ = std::exchange(other.exec_, nullptr);
+    }
+    return *this;
+}
+
+}  // namespace afd::ffn::cuda

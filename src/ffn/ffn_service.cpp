@@ -1,0 +1,459 @@
+#include "ffn/ffn_service.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#include "core/exit_codes.h"
+#include "core/logging.h"
+#include "core/metrics.h"
+#include "core/signal_watcher.h"
+#include "ffn/compute_factory.h"
+#include "ffn/ffn_runner.h"
+#include "ffn/ffn_worker.h"
+#include "ffn/status_file.h"
+#include "model/checkpoint.h"
+#include "model/fingerprint.h"
+#include "model/model_config.h"
+#include "model/weights.h"
+#include "transport/afd_config.h"
+#include "transport/afd_wire.h"
+#include "transport/http_server.h"
+#include "transport/tcp/tcp_connector.h"
+
+namespace afd::ffn {
+namespace {
+
+using core::Status;
+
+// Service states as /status and /ready report them.
+enum class State { kStarting, kLoading, kConnecting, kServing, kSessionEnded, kStopping };
+
+std::string_view stateName(State s) {
+    switch (s) {
+        case State::kStarting: return "starting";
+        case State::kLoading: return "loading";
+        case State::kConnecting: return "connecting";
+        case State::kServing: return "serving";
+        case State::kSessionEnded: return "session_ended";
+        case State::kStopping: return "stopping";
+    }
+    return "unknown";
+}
+
+// Reads RANK-style variables: the flag when given, else the environment variable; errors name both.
+core::Result<int> rankVariable(const std::optional<int>& flag, const char* env, const char* flag_name, bool required,
+                               int fallback) {
+    if (flag) return *flag;
+    const char* text = std::getenv(env);
+    if (text == nullptr) {
+        if (required) return core::invalidArgument("{} is not set (set the environment variable or pass {})", env, flag_name);
+        return fallback;
+    }
+    int value = 0;
+    const std::string_view sv(text);
+    auto [ptr, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), value);
+    if (sv.empty() || ec != std::errc() || ptr != sv.data() + sv.size()) {
+        return core::invalidArgument("{}={:?} is not an integer", env, sv);
+    }
+    return value;
+}
+
+// Everything the service shares between its main thread, the admin handlers and the worker's end callback.
+class Service {
+public:
+    explicit Service(const FfnServiceOptions& options) : options_(options) {}
+    int run();
+
+private:
+    Status configure();
+    Status load();
+    Status startAdmin();
+    Status connect();
+    void serve();
+    int shutdown();
+
+    void requestStop(std::string_view why);
+    void wake();
+    nlohmann::json statusJson() const;
+    int fail(std::string reason, int code, const Status& error);
+
+    const FfnServiceOptions& options_;
+    std::unique_ptr<core::SignalWatcher> signals_;
+
+    // Configuration (set by configure()).
+    transport::AfdConfig afd_;
+    model::ModelConfig model_config_;
+    int rank_ = 0;
+    int world_size_ = 0;
+    int local_rank_ = 0;
+    int gpu_ = -1;
+    transport::ExpertRange experts_{};
+
+    // Resources, created in order and released in reverse.
+    std::optional<model::Checkpoint> checkpoint_;
+    std::string fingerprint_;
+    std::unique_ptr<FfnCompute> compute_;
+    uint64_t weight_bytes_ = 0;
+    std::unique_ptr<transport::HttpServer> admin_;
+    std::unique_ptr<transport::Canceller> setup_cancel_;
+    std::unique_ptr<transport::FfnConnector> connector_;
+    std::unique_ptr<FfnRunner> runner_;
+    std::unique_ptr<FfnWorker> worker_;
+
+    std::atomic<State> state_{State::kStarting};
+    mutable std::mutex mutex_;
+    std::condition_variable cv_;
+    bool stop_requested_ = false;
+    bool woken_ = false;
+    std::string stop_reason_;
+
+    ServiceStatusReport report_;
+};
+
+int Service::fail(std::string reason, int code, const Status& error) {
+    AFD_LOG_ERROR("{}", error.message());
+    report_.exit_reason = std::move(reason);
+    report_.exit_code = code;
+    report_.error = error.message();
+    return code;
+}
+
+void Service::wake() {
+    {
+        std::lock_guard lock(mutex_);
+        woken_ = true;
+    }
+    cv_.notify_all();
+}
+
+void Service::requestStop(std::string_view why) {
+    {
+        std::lock_guard lock(mutex_);
+        if (!stop_requested_) {
+            stop_requested_ = true;
+            stop_reason_ = why;
+            AFD_LOG_INFO("stop requested ({})", why);
+        }
+        woken_ = true;
+    }
+    if (setup_cancel_) setup_cancel_->cancel();
+    cv_.notify_all();
+}
+
+Status Service::configure() {
+    AFD_ASSIGN_OR_RETURN(auto afd, transport::resolveAfdConfig(options_.additional_config, options_.afd_config_file,
+                                                               transport::Role::kFfn));
+    if (!afd) return core::invalidArgument("afd ffn needs an AFD config: --additional-config '{{\"afd\": {{...}}}}' or --afd-config FILE");
+    afd_ = *afd;
+    AFD_ASSIGN_OR_RETURN(world_size_, rankVariable(options_.world_size, "WORLD_SIZE", "--world-size", true, 0));
+    AFD_ASSIGN_OR_RETURN(rank_, rankVariable(options_.rank, "RANK", "--rank", true, 0));
+    AFD_ASSIGN_OR_RETURN(local_rank_, rankVariable(options_.local_rank, "LOCAL_RANK", "--local-rank", false, rank_));
+    if (world_size_ != afd_.num_ffn_ranks) {
+        return core::invalidArgument("WORLD_SIZE={} must equal afd.num_ffn_ranks={} (the FFN world is the FFN ranks)",
+                                     world_size_, afd_.num_ffn_ranks);
+    }
+    if (rank_ < 0 || rank_ >= world_size_) {
+        return core::invalidArgument("RANK={} must be in [0, WORLD_SIZE={})", rank_, world_size_);
+    }
+    if (local_rank_ < 0) return core::invalidArgument("LOCAL_RANK={} must be >= 0", local_rank_);
+    if (options_.shutdown_timeout_s < 1) {
+        return core::invalidArgument("--shutdown-timeout {} must be >= 1 second", options_.shutdown_timeout_s);
+    }
+    report_.rank = rank_;
+    core::setLogTag(fmt::format("ffn:{}", rank_));
+    std::error_code ec;
+    if (!std::filesystem::is_directory(options_.model_dir, ec)) {
+        return core::invalidArgument("model directory {} does not exist", options_.model_dir);
+    }
+    AFD_ASSIGN_OR_RETURN(model_config_,
+                         model::ModelConfig::fromFile((std::filesystem::path(options_.model_dir) / "config.json").string()));
+    if (afd_.mode() == transport::AfdMode::kM2n) {
+        if (model_config_.numMoeLayers() == 0) {
+            return core::invalidArgument("m2n (compute_gate_on_attention) needs MoE layers; {} has none",
+                                         options_.model_dir);
+        }
+        AFD_ASSIGN_OR_RETURN(auto partition,
+                             transport::ExpertPartition::create(model_config_.num_experts, afd_.num_ffn_ranks));
+        experts_ = partition.rangeOf(rank_);
+    } else {
+        experts_ = {0, model_config_.num_experts};
+    }
+    report_.expert_begin = experts_.begin;
+    report_.expert_end = experts_.end;
+    AFD_ASSIGN_OR_RETURN(gpu_, resolveDevice(options_.device, options_.device_ids, local_rank_));
+    AFD_LOG_INFO("effective AFD config: {}", afd_.toJson());
+    return Status::ok();
+}
+
+Status Service::load() {
+    state_ = State::kLoading;
+    const auto start = std::chrono::steady_clock::now();
+    AFD_ASSIGN_OR_RETURN(model::Checkpoint checkpoint, model::Checkpoint::open(options_.model_dir));
+    checkpoint_.emplace(std::move(checkpoint));
+    AFD_ASSIGN_OR_RETURN(const std::string model_fp, model::modelFingerprint(model_config_, *checkpoint_));
+    fingerprint_ = model_fp + " | " + afd_.fingerprint();
+    const auto selection = model::WeightSelection::ffnRole(afd_.compute_gate_on_attention, model_config_,
+                                                           experts_.begin, experts_.end);
+    AFD_ASSIGN_OR_RETURN(model::ModelWeights weights, model::loadWeights(*checkpoint_, model_config_, selection));
+    weight_bytes_ = weights.checkpoint_bytes;
+    // One call carries at most every peer's full stage.
+    const int64_t max_rows = static_cast<int64_t>(afd_.topology().attentionPeersOfFfn(rank_).size()) * afd_.max_num_tokens;
+    AFD_ASSIGN_OR_RETURN(compute_, createFfnCompute(options_.device, gpu_, model_config_, std::move(weights), max_rows));
+    report_.weight_bytes = weight_bytes_;
+    AFD_LOG_INFO("loaded {} bytes of weights (experts [{}, {}) of {}, {} mode) onto {} in {:.2f} s", weight_bytes_,
+                 experts_.begin, experts_.end, model_config_.num_experts,
+                 afd_.compute_gate_on_attention ? "m2n" : "p2p", compute_->describe(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return Status::ok();
+}
+
+nlohmann::json Service::statusJson() const {
+    nlohmann::json j;
+    j["role"] = "ffn";
+    j["rank"] = rank_;
+    j["world_size"] = world_size_;
+    j["local_rank"] = local_rank_;
+    j["state"] = stateName(state_.load());
+    j["device"] = compute_ ? compute_->describe() : options_.device;
+    j["model"] = options_.model_dir;
+    j["fingerprint"] = fingerprint_;
+    j["expert_range"] = {experts_.begin, experts_.end};
+    j["weight_bytes"] = weight_bytes_;
+    j["afd"] = nlohmann::json::parse(afd_.toJson());
+    const State s = state_.load();
+    if (runner_ && (s == State::kServing || s == State::kSessionEnded || s == State::kStopping)) {
+        const FfnRunnerStats stats = runner_->stats();
+        j["steps"] = stats.steps;
+        j["tokens"] = stats.tokens;
+        nlohmann::json layers = nlohmann::json::array();
+        for (size_t i = 0; i < runner_->crossingLayers().size(); ++i) {
+            layers.push_back({{"layer", runner_->crossingLayers()[i]},
+                              {"compute_seconds", stats.layer_compute_seconds[i]},
+                              {"wait_seconds", stats.layer_wait_seconds[i]}});
+        }
+        j["layers"] = layers;
+    } else {
+        j["steps"] = 0;
+        j["tokens"] = 0;
+    }
+    return j;
+}
+
+Status Service::startAdmin() {
+    if (options_.admin_port < 0) return Status::ok();
+    transport::HttpServerOptions http;
+    http.host = options_.admin_host;
+    http.port = options_.admin_port;
+    admin_ = std::make_unique<transport::HttpServer>(http);
+    admin_->addRoute("GET", "/health", [](const transport::HttpRequest&) { return transport::HttpReply{200, "text/plain", "ok\n"}; });
+    admin_->addRoute("GET", "/ready", [this](const transport::HttpRequest&) {
+        const State s = state_.load();
+        return s == State::kServing ? transport::HttpReply{200, "text/plain", "ready\n"}
+                                    : transport::HttpReply{503, "text/plain", std::string(stateName(s)) + "\n"};
+    });
+    admin_->addRoute("POST", "/stop", [this](const transport::HttpRequest&) {
+        requestStop("POST /stop");
+        return transport::HttpReply{200, "application/json", "{\"stopping\":true}\n"};
+    });
+    admin_->addRoute("GET", "/status", [this](const transport::HttpRequest&) {
+        return transport::HttpReply{200, "application/json", statusJson().dump() + "\n"};
+    });
+    admin_->addRoute("GET", "/metrics", [](const transport::HttpRequest&) {
+        return transport::HttpReply{200, std::string(core::MetricsRegistry::kContentType), core::globalMetrics().render()};
+    });
+    AFD_RETURN_IF_ERROR(admin_->start());
+    AFD_LOG_INFO("admin HTTP on {}:{}", options_.admin_host, admin_->port());
+    if (!options_.admin_port_file.empty()) {
+        const std::string tmp = options_.admin_port_file + ".tmp";
+        {
+            std::ofstream out(tmp, std::ios::trunc);
+            out << admin_->port() << "\n";
+            if (!out) return core::ioError("cannot write {}", tmp);
+        }
+        std::error_code ec;
+        std::filesystem::rename(tmp, options_.admin_port_file, ec);
+        if (ec) return core::ioError("cannot write {}: {}", options_.admin_port_file, ec.message());
+    }
+    return Status::ok();
+}
+
+Status Service::connect() {
+    state_ = State::kConnecting;
+    transport::tcp::TcpConnectorOptions tcp;
+    tcp.role = transport::Role::kFfn;
+    tcp.rank = rank_;
+    tcp.num_attention_ranks = afd_.num_attention_ranks;
+    tcp.num_ffn_ranks = afd_.num_ffn_ranks;
+    tcp.peers = afd_.topology().attentionPeersOfFfn(rank_);
+    tcp.store_host = afd_.host;
+    tcp.store_port = afd_.port;
+    if (afd_.connector_extra_config.bind_host) tcp.bind_host = *afd_.connector_extra_config.bind_host;
+    if (afd_.connector_extra_config.advertise_host) tcp.advertise_host = *afd_.connector_extra_config.advertise_host;
+    tcp.fingerprint = fingerprint_;
+    tcp.rendezvous_timeout = std::chrono::seconds(afd_.connect_timeout_s);
+    tcp.step_timeout = std::chrono::seconds(afd_.step_timeout_s);
+    tcp.max_rows = static_cast<uint32_t>(afd_.max_num_tokens);
+    const transport::FrameSpec spec =
+        afd_.compute_gate_on_attention ? transport::m2nDispatchSpec(model_config_.hidden_size, model_config_.num_experts_per_tok)
+                                       : transport::hiddenSpec(model_config_.hidden_size);
+    tcp.max_frame_bytes = spec.rowBytes() * static_cast<size_t>(afd_.max_num_tokens);
+    tcp.setup_cancel = setup_cancel_.get();
+    if (afd_.connector != transport::ConnectorKind::kTcp) {
+        return core::invalidArgument("afd.connector {:?}: this build's FFN service serves the tcp connector",
+                                     transport::connectorName(afd_.connector));
+    }
+    AFD_ASSIGN_OR_RETURN(connector_, transport::tcp::createFfnConnector(tcp));
+    AFD_LOG_INFO("connected to {} attention peer(s)", connector_->peers().size());
+    return Status::ok();
+}
+
+void Service::serve() {
+    runner_ = std::make_unique<FfnRunner>(model_config_, afd_.mode(), experts_.end - experts_.begin, *compute_,
+                                          *connector_, core::globalMetrics());
+    worker_ = std::make_unique<FfnWorker>(*runner_, *connector_, [this] { wake(); });
+    state_ = State::kServing;
+    worker_->start();
+    std::unique_lock lock(mutex_);
+    while (true) {
+        cv_.wait(lock, [&] { return woken_; });
+        woken_ = false;
+        if (stop_requested_) return;
+        if (worker_->end() == WorkerEnd::kAllPeersLeft && state_ == State::kServing) {
+            state_ = State::kSessionEnded;
+            AFD_LOG_INFO("every attention peer has left: session ended; waiting to be stopped");
+            continue;
+        }
+        if (worker_->end() == WorkerEnd::kFailed) return;
+    }
+}
+
+int Service::shutdown() {
+    state_ = State::kStopping;
+    std::vector<std::string> released;
+    bool all_released = true;
+    if (worker_) {
+        worker_->requestStop();
+        if (worker_->join(std::chrono::seconds(options_.shutdown_timeout_s))) {
+            released.push_back("worker joined");
+        } else {
+            // The loop is stuck somewhere the connector could not interrupt: its thread still uses the runner
+            // and the connector, so they cannot be released. Report and leave the process now.
+            report_.exit_reason = "internal_error";
+            report_.exit_code = core::kExitInternal;
+            report_.error = fmt::format("the step loop did not stop within {} s", options_.shutdown_timeout_s);
+            report_.resources_released = false;
+            report_.released_detail = "worker did not join; nothing released";
+            AFD_LOG_ERROR("{}", report_.error);
+            if (!options_.status_file.empty()) (void)writeStatusFile(options_.status_file, report_);
+            std::_Exit(core::kExitInternal);
+        }
+    }
+    if (runner_) {
+        const FfnRunnerStats stats = runner_->stats();
+        report_.steps = stats.steps;
+        report_.tokens = stats.tokens;
+    }
+    if (connector_) {
+        connector_->close();
+        released.push_back("connector closed");
+    }
+    if (compute_) {
+        compute_->release();
+        released.push_back(fmt::format("{} weights released", compute_->describe()));
+    }
+    if (admin_) {
+        admin_->stop();
+        released.push_back("admin HTTP stopped");
+    }
+    report_.resources_released = all_released;
+    report_.released_detail = fmt::format("{}", fmt::join(released, ", "));
+    return report_.exit_code;
+}
+
+int Service::run() {
+    auto signals = core::SignalWatcher::create([this](int signal) {
+        requestStop(signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    });
+    if (!signals.isOk()) return fail("internal_error", core::kExitInternal, signals.status());
+    signals_ = std::move(signals).value();
+    auto canceller = transport::Canceller::create();
+    if (!canceller.isOk()) return fail("internal_error", core::kExitInternal, canceller.status());
+    setup_cancel_ = std::move(canceller).value();
+
+    int code = core::kExitOk;
+    auto stopped = [&] {
+        std::lock_guard lock(mutex_);
+        return stop_requested_;
+    };
+    if (Status s = configure(); !s.isOk()) {
+        code = fail("config_error", core::kExitBadConfig, s);
+    } else if (Status s = load(); !s.isOk()) {
+        code = fail(s.code() == core::StatusCode::kInvalidArgument ? "config_error" : "load_error",
+                    s.code() == core::StatusCode::kInvalidArgument ? core::kExitBadConfig : core::kExitFailure, s);
+    } else if (Status s = startAdmin(); !s.isOk()) {
+        code = fail("config_error", core::kExitBadConfig, s);
+    } else if (stopped()) {
+        report_.exit_reason = "stopped";
+    } else if (Status s = connect(); !s.isOk()) {
+        if (stopped() && s.code() == core::StatusCode::kCancelled) {
+            report_.exit_reason = "stopped";
+        } else {
+            code = fail("connect_error",
+                        s.code() == core::StatusCode::kInvalidArgument ? core::kExitBadConfig : core::kExitFailure, s);
+        }
+    } else {
+        serve();
+        if (worker_->end() == WorkerEnd::kFailed) {
+            const Status error = worker_->error();
+            switch (error.code()) {
+                case core::StatusCode::kPeerLost:
+                case core::StatusCode::kTimeout:
+                    code = fail("peer_lost", core::kExitPeerLost, error);
+                    break;
+                case core::StatusCode::kCorrupt:
+                case core::StatusCode::kMismatch:
+                    code = fail("protocol_error", core::kExitFailure, error);
+                    break;
+                case core::StatusCode::kInternal:
+                    code = fail("internal_error", core::kExitInternal, error);
+                    break;
+                default:
+                    code = fail("error", core::kExitFailure, error);
+            }
+        } else {
+            std::lock_guard lock(mutex_);
+            report_.exit_reason = worker_->end() == WorkerEnd::kAllPeersLeft && !stop_requested_ ? "peers_finished"
+                                                                                               : "stopped";
+        }
+    }
+    report_.exit_code = code;
+    code = shutdown();
+    if (!options_.status_file.empty()) {
+        if (Status s = writeStatusFile(options_.status_file, report_); !s.isOk()) AFD_LOG_ERROR("{}", s.message());
+    }
+    AFD_LOG_INFO("exit {} ({}){}", code, report_.exit_reason, report_.error.empty() ? "" : ": " + report_.error);
+    return code;
+}
+
+}  // namespace
+
+int runFfnService(const FfnServiceOptions& options) {
+    Service service(options);
+    try {
+        return service.run();
+    } catch (const std::exception& e) {
+        AFD_LOG_ERROR("internal error: {}", e.what());
+        return core::kExitInternal;
+    }
+}
+
+}  // namespace afd::ffn

@@ -1,0 +1,42 @@
+// FfnService: the `afd ffn` process (DESIGN.md §6).
+//
+//   parse and validate everything (AFD config with role ffn, RANK/WORLD_SIZE/LOCAL_RANK with WORLD_SIZE ==
+//   num_ffn_ranks, the model's config.json, the expert range, the device)        → exit 2 on any error
+//   → load only this rank's weights, report the bytes                             → exit 1 on a bad checkpoint
+//   → admin HTTP (/health /ready /status /metrics, POST /stop) → rendezvous and connect (either start order)
+//   → the step loop on a worker thread → wait for SIGTERM/SIGINT, POST /stop, every peer leaving, or a loop error
+//   → ordered shutdown: stop → cancel an idle receive → join (bounded) → close the connector → release device
+//     memory → stop HTTP → status file → exit code (0 clean stop, 2 configuration, 3 peer lost, 1 other
+//     run-time failure, 4 internal error).
+// When every attention peer has left, the session is over: the rank stays up (/ready answers 503) until it is
+// told to stop, so an orchestrator's stop sequence behaves the same whether or not attention finished first.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace afd::ffn {
+
+struct FfnServiceOptions {
+    std::string model_dir;
+    std::optional<std::string> additional_config;  // --additional-config JSON
+    std::optional<std::string> afd_config_file;    // --afd-config FILE
+    // Flags override the torchrun-style environment variables RANK, WORLD_SIZE, LOCAL_RANK.
+    std::optional<int> rank;
+    std::optional<int> world_size;
+    std::optional<int> local_rank;
+    std::string admin_host = "127.0.0.1";
+    int admin_port = 0;                // 0: an ephemeral port (logged, and written to admin_port_file)
+    std::string admin_port_file;       // optional: receives the bound admin port once it listens
+    std::string status_file;           // optional: written at exit
+    std::string device = "cpu";        // cpu | cuda
+    std::string device_ids;            // cuda: comma-separated GPUs; LOCAL_RANK indexes it (default: LOCAL_RANK)
+    int64_t shutdown_timeout_s = 15;   // bound on joining the step loop
+};
+
+// Runs the service to the end; returns the process exit code. Must be called before any other thread of the
+// process starts (it blocks SIGTERM/SIGINT for the process and watches them itself).
+int runFfnService(const FfnServiceOptions& options);
+
+}  // namespace afd::ffn

@@ -1,0 +1,88 @@
+// A small TCP key-value store for the rendezvous and for backends that exchange setup data (TCP endpoints,
+// NCCL unique ids, CUDA IPC handles). FFN rank 0 hosts it; every rank is a client.
+//
+// Wire (little-endian): a request is u32 body length, then op u8, flags u8, key length u16, timeout ms u32,
+// key, value; a reply is u32 body length, then code u8, value. Keys are 1..kMaxStoreKeyBytes, values up to
+// kMaxStoreValueBytes; a malformed or oversized request closes that client only.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "core/status.h"
+#include "core/unique_fd.h"
+#include "transport/socket.h"
+
+namespace afd::transport {
+
+inline constexpr size_t kMaxStoreKeyBytes = 256;
+inline constexpr size_t kMaxStoreValueBytes = 64 * 1024;
+inline constexpr size_t kMaxStoreKeys = 4096;
+inline constexpr size_t kMaxStoreClients = 1024;
+
+// The server: one thread polls the listener and every client. Thread-safe to construct and destroy from any
+// thread; the destructor stops and joins the thread (bounded: it only waits for the poll loop to notice).
+class StoreServer {
+public:
+    // Binds host:port (port 0: ephemeral) and starts serving.
+    static core::Result<std::unique_ptr<StoreServer>> start(const std::string& host, int port);
+    ~StoreServer();
+    StoreServer(const StoreServer&) = delete;
+    StoreServer& operator=(const StoreServer&) = delete;
+
+    int port() const { return port_; }
+    // host:port as bound.
+    const std::string& address() const { return address_; }
+
+private:
+    class Loop;
+    StoreServer(std::unique_ptr<Loop> loop, std::unique_ptr<Canceller> wake, int port, std::string address);
+
+    std::unique_ptr<Loop> loop_;
+    std::unique_ptr<Canceller> wake_;  // stops the loop
+    int port_ = 0;
+    std::string address_;
+    std::jthread thread_;  // NOTE: declared last so that it is joined before the loop state it uses is freed
+};
+
+// A client connection. Not thread-safe: one caller at a time. After a failed exchange (timeout, lost server)
+// the connection is closed and every later call fails.
+class StoreClient {
+public:
+    // Connects, retrying until `deadline` (the store may start after the client). `cancel` (may be null)
+    // interrupts this and every later wait of the client; it must outlive the client.
+    static core::Result<std::unique_ptr<StoreClient>> connect(const HostPort& address, Deadline deadline,
+                                                              const Canceller* cancel);
+    StoreClient(const StoreClient&) = delete;
+    StoreClient& operator=(const StoreClient&) = delete;
+
+    // Stores `value` under `key`, replacing any value.
+    core::Status set(std::string_view key, std::string_view value);
+    // Stores `value` unless `key` holds a value already; returns nullopt when stored, else the present value.
+    core::Result<std::optional<std::string>> setIfAbsent(std::string_view key, std::string_view value);
+    // The value of `key`, waiting up to `timeout` for some rank to set it; kTimeout when it stays unset.
+    core::Result<std::string> get(std::string_view key, std::chrono::milliseconds timeout);
+
+    const HostPort& address() const { return address_; }
+
+private:
+    StoreClient(core::UniqueFd fd, HostPort address, const Canceller* cancel)
+        : fd_(std::move(fd)), address_(std::move(address)), cancel_(cancel) {}
+
+    struct Reply {
+        uint8_t code = 0;
+        std::string value;
+    };
+    core::Result<Reply> call(uint8_t op, uint8_t flags, std::string_view key, std::string_view value,
+                             std::chrono::milliseconds wait);
+
+    core::UniqueFd fd_;
+    HostPort address_;
+    const Canceller* cancel_ = nullptr;
+};
+
+}  // namespace afd::transport

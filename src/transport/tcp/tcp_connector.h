@@ -1,0 +1,49 @@
+// The tcp backend of both connector faces: CPU memory, any hosts. The CPU and CI path.
+//
+// Setup: FFN rank 0 hosts the rendezvous store at store_host:store_port. Every FFN rank listens for data
+// connections on bind_host (an ephemeral port) and publishes advertise_host:port through the rendezvous; every
+// attention rank connects to each FFN peer and says hello (tcp_handshake.h). Either role may start first: all
+// connects retry until rendezvous_timeout.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "transport/connector.h"
+#include "transport/role.h"
+#include "transport/socket.h"
+
+namespace afd::transport::tcp {
+
+struct TcpConnectorOptions {
+    Role role = Role::kAttention;
+    int rank = 0;
+    int num_attention_ranks = 0;
+    int num_ffn_ranks = 0;
+    std::vector<int> peers;               // ranks of the other role this rank talks to (from the topology), no repeats
+    std::string store_host;               // afd.host: FFN rank 0 hosts the store there
+    int store_port = 0;                   // afd.port
+    std::string bind_host = "127.0.0.1";  // FFN data listener
+    std::string advertise_host;           // what attention ranks connect to; empty: bind_host
+    std::string fingerprint;              // opaque, 1..kMaxFingerprintBytes bytes; equal on every rank
+    std::chrono::milliseconds rendezvous_timeout{30000};  // rendezvous and connection setup
+    std::chrono::milliseconds step_timeout{30000};        // every wait inside a step
+    uint32_t max_rows = 0;                                // rows of any frame this rank receives
+    size_t max_frame_bytes = 0;                           // payload bytes of any data frame this rank receives
+    // Interrupts the rendezvous and the connection setup (e.g. on SIGTERM); may be null; must outlive the
+    // factory call.
+    const Canceller* setup_cancel = nullptr;
+};
+
+// Checks the options on their own (ranges, peers, hosts, sizes); messages name the field and the rule.
+core::Status validateOptions(const TcpConnectorOptions& options);
+
+// Rendezvous, handshake, buffers. Blocks until every peer is connected or the rendezvous timeout.
+core::Result<std::unique_ptr<AttentionConnector>> createAttentionConnector(const TcpConnectorOptions& options);
+core::Result<std::unique_ptr<FfnConnector>> createFfnConnector(const TcpConnectorOptions& options);
+
+}  // namespace afd::transport::tcp

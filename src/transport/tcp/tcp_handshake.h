@@ -1,0 +1,38 @@
+// The data-connection handshake of the tcp backend. Attention ranks connect to each FFN peer and send a hello
+// {protocol version, role, rank, fingerprint}; the FFN rank checks that the sender is an attention rank it
+// expects, not yet connected, of the same version and fingerprint, and answers hello_ack, or an error frame
+// whose text the attention rank reports.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/unique_fd.h"
+#include "transport/connector.h"
+#include "transport/role.h"
+#include "transport/socket.h"
+
+namespace afd::transport::tcp {
+
+struct HandshakeIdentity {
+    Role role = Role::kAttention;
+    int rank = 0;
+    std::string fingerprint;
+};
+
+// Attention side: connects to `peer` at `endpoint` (retrying until `deadline`, so the FFN may start later),
+// says hello, and waits for the answer. kMismatch with the FFN's text when it rejects the hello.
+core::Result<core::UniqueFd> connectAndHello(const HostPort& endpoint, const PeerInfo& peer,
+                                             const HandshakeIdentity& self, Deadline deadline, const Canceller* cancel);
+
+// FFN side: accepts on `listen_fd` until every attention rank in `expected_ranks` has completed a valid hello;
+// result[i] is the connection of expected_ranks[i]. Invalid hellos are answered with an error frame and closed
+// while waiting goes on; kTimeout at `deadline` names the ranks that never connected and the last rejection.
+core::Result<std::vector<core::UniqueFd>> acceptPeers(int listen_fd, std::string_view listen_address,
+                                                      std::span<const int> expected_ranks,
+                                                      const HandshakeIdentity& self, Deadline deadline,
+                                                      const Canceller* cancel);
+
+}  // namespace afd::transport::tcp
