@@ -7,15 +7,17 @@
 #   AFD_GPU_DEPS   unpacked build dependencies from scripts/stage_gpu_deps.sh (default: .gpu_deps/root)
 #   AFD_PREBUILT   folder holding `afd` and `kernels_cuda_tests` built elsewhere for this machine; used when they
 #                  start here, otherwise the script builds (build-gpu/)
-#   AFD_PHASES     which phases to run, default "tests bench sweep peers"; "ncu" adds hardware counters of the
-#                  T = 1024 grouped GEMMs (Nsight Compute, clocks left alone) to sass.txt
+#   AFD_PHASES     which phases to run, default "tests bench sweep peers ffn hf"; "ncu" adds hardware counters of
+#                  the T = 1024 grouped GEMMs (Nsight Compute, clocks left alone) to sass.txt. "ffn": the GPU FFN
+#                  rank (its tests, then `afd launch --ffn-device cuda` on the HF fixture and on a 2-layer
+#                  Qwen3-30B-A3B-shaped model); "hf": scripts/hf_crosscheck.py (engine vs transformers)
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
 # Every phase has a time limit so that the table still prints when one phase hangs or fails.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${OUT:-$root/gpu_out}"
 deps="${AFD_GPU_DEPS:-$root/.gpu_deps/root}"
-phases="${AFD_PHASES:-tests bench sweep peers}"
+phases="${AFD_PHASES:-tests bench sweep peers ffn hf}"
 reps="${AFD_REPS:-100}"
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -34,10 +36,10 @@ else
     {
         cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" -DAFD_CUDA=ON \
             -DAFD_BUILD_FUZZ=OFF -DAFD_BUILD_BENCH=OFF ${nccl_root:+-DAFD_NCCL_ROOT=$nccl_root} &&
-            timeout 420 ninja -C "$build" kernels_cuda_tests afd
+            timeout 420 ninja -C "$build" kernels_cuda_tests ffn_tests afd
     } >>"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; echo "gpu_check: build failed"; exit 1; }
     grep -E "registers|spill|C75" "$out/build.log" | sort | uniq -c | head -40
-    mkdir -p "$build/bin" && cp "$build/src/afd" "$build/tests/kernels_cuda_tests" "$build/bin/"
+    mkdir -p "$build/bin" && cp "$build/src/afd" "$build/tests/kernels_cuda_tests" "$build/tests/ffn_tests" "$build/bin/"
     bin="$build/bin"
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >>"$out/build.log" 2>&1
@@ -98,5 +100,60 @@ if has_phase ncu && command -v ncu >/dev/null; then
     echo "ncu exit $?"
     grep -E "groupedGemm|Throughput|Duration|DRAM|L2 Cache|Stall" "$out/sass.txt" | tail -30
 fi
+afd_summary="$out/afd_summary.txt"
+: >"$afd_summary"
+if has_phase ffn; then
+    stamp "ffn_tests (GPU FFN compute vs CPU)"
+    timeout 180 "$bin/ffn_tests" --gtest_color=no --gtest_filter='CudaFfnCompute*:DeviceMapping*' >"$out/ffn_tests.log" 2>&1
+    echo "ffn_tests exit $?"
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected" "$out/ffn_tests.log" | head -20
+    grep -E "^\[  (PASSED|FAILED) " "$out/ffn_tests.log" | sed 's/^/ffn_tests /' >>"$afd_summary"
+    fixture="$root/tests/data/qwen3-moe-tiny/model"
+    for mode in m2n p2p; do
+        if [ "$mode" = m2n ]; then cfg='{"afd":{"num_attention_ranks":1,"num_ffn_ranks":2}}'; ids=0,0
+        else cfg='{"afd":{"num_attention_ranks":2,"num_ffn_ranks":1,"compute_gate_on_attention":false}}'; ids=0; fi
+        stamp "afd launch $mode, FFN ranks on the GPU, HF fixture"
+        timeout 120 "$bin/afd" launch --model "$fixture" --ffn-device cuda --ffn-device-ids "$ids" --max-tokens 12 --json \
+            --prompt-ids 3,17,99,250,7,42,311,5 --prompt-ids 11,12,13 --additional-config "$cfg" --run-dir "$out/launch_$mode" \
+            >"$out/launch_$mode.json" 2>"$out/launch_$mode.log"
+        echo "launch $mode exit $?"
+        python3 - "$out/launch_$mode.json" "$mode" >>"$afd_summary" <<'PY'
+import json, sys
+want = [153, 379, 188, 113, 374, 186, 112, 186, 112, 358, 113, 250]
+try:
+    out = json.load(open(sys.argv[1]))
+    got = out["results"][0]["new_ids"]
+    print(f"fixture {sys.argv[2]} GPU FFN: ids {'==' if got == want else '!='} transformers, "
+          f"matches dense CPU reference: {out['afd']['matches_dense_reference']}, clean: {out['afd']['clean_shutdown']}")
+except Exception as e:
+    print(f"fixture {sys.argv[2]} GPU FFN: no result ({e})")
+PY
+    done
+    stamp "Qwen3-30B-A3B shapes, 2 layers, 2 GPU FFN ranks (m2n)"
+    timeout 120 "$bin/afd" gen-model --preset qwen3-30b-a3b --layers 2 --out /tmp/afd_q30 >"$out/q30.log" 2>&1
+    timeout 240 "$bin/afd" launch --model /tmp/afd_q30 --ffn-device cuda --ffn-device-ids 0,0 --max-tokens 8 --json \
+        --prompt-ids 1,2,3,4,5,6,7,8 --prompt-ids 9,10,11 --run-dir "$out/launch_q30" >"$out/launch_q30.json" 2>>"$out/q30.log"
+    echo "launch q30 exit $?"
+    python3 - "$out/launch_q30.json" >>"$afd_summary" <<'PY'
+import json, sys
+try:
+    out = json.load(open(sys.argv[1]))
+    layers = [f"L{l['layer']}: ffn {1e3*l['ffn_compute_seconds']:.1f} ms, transfer {1e3*l['attention_transfer_seconds']:.1f} ms"
+              for l in out["afd"]["layers"]]
+    print(f"qwen3-30b-a3b 2 layers GPU FFN m2n 1A2F: matches dense CPU reference: "
+          f"{out['afd']['matches_dense_reference']}, clean: {out['afd']['clean_shutdown']}; " + "; ".join(layers))
+except Exception as e:
+    print(f"qwen3-30b-a3b GPU FFN: no result ({e})")
+PY
+fi
+if has_phase hf; then
+    stamp "engine vs transformers (scripts/hf_crosscheck.py)"
+    timeout 400 python3 "$root/scripts/hf_crosscheck.py" --afd "$bin/afd" --out /tmp/afd_hf >"$out/hf.log" 2>&1
+    echo "hf_crosscheck exit $?"
+    tail -14 "$out/hf.log" | tee -a "$afd_summary"
+fi
 stamp "summary"
-python3 "$root/bench/peers/report.py" "$out/ours.csv" "$out/grouped_mm.csv" "$out/triton_fused.csv"
+if has_phase bench || has_phase peers; then
+    python3 "$root/bench/peers/report.py" "$out/ours.csv" "$out/grouped_mm.csv" "$out/triton_fused.csv"
+fi
+cat "$afd_summary"

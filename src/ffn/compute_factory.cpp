@@ -24,9 +24,6 @@ core::Result<int> mapLocalRankToGpu(const std::string& device_ids, int local_ran
             if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || id < 0) {
                 return core::invalidArgument("--device-ids {:?}: {:?} is not a GPU index", device_ids, item);
             }
-            for (int seen : ids) {
-                if (seen == id) return core::invalidArgument("--device-ids {:?} lists GPU {} twice", device_ids, id);
-            }
             ids.push_back(id);
             pos = comma + 1;
         }

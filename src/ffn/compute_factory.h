@@ -12,7 +12,8 @@
 namespace afd::ffn {
 
 // The GPU index for `local_rank`: `device_ids` ("2,3") indexed by local_rank, or local_rank itself when empty
-// (LOCAL_RANK=1 with --device-ids 2,3 → GPU 3). Checks the list's syntax only, not that the GPU exists.
+// (LOCAL_RANK=1 with --device-ids 2,3 → GPU 3). A GPU may appear more than once (ranks sharing it: "0,0").
+// Checks the list's syntax only, not that the GPU exists.
 core::Result<int> mapLocalRankToGpu(const std::string& device_ids, int local_rank);
 
 // Resolves the GPU of this rank: `device_ids` ("2,3") indexed by local_rank, or local_rank itself when empty.

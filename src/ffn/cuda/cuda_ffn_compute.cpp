@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/moe_cuda.h"
+#include "kernels/router.h"
 
 namespace afd::ffn {
 namespace {
@@ -35,7 +36,8 @@ int64_t bucketFor(int64_t tokens) {
 struct DeviceLayer {
     bool present = false;  // this rank computes something for the layer
     bool is_moe = false;
-    bool route_here = false;  // p2p MoE: the router runs on this rank
+    bool route_here = false;  // p2p MoE: the router runs on this GPU
+    std::vector<core::Bf16> host_router;  // p2p MoE whose shape the GPU router does not take: routed on the host
     int64_t num_experts = 0;
     int64_t inter = 0;
     DeviceBuffer w13;
@@ -108,17 +110,21 @@ core::Status CudaFfnCompute::init(model::ModelWeights weights) {
         AFD_CUDA_CHECK(cudaMemcpy(d.w13.get(), w.w13.rawData(), w.w13.nbytes(), cudaMemcpyHostToDevice));
         AFD_CUDA_CHECK(cudaMemcpy(d.w2.get(), w.w2.rawData(), w.w2.nbytes(), cudaMemcpyHostToDevice));
         weight_bytes_ += w.w13.nbytes() + w.w2.nbytes();
+        max_experts = std::max(max_experts, d.num_experts);
+        max_inter = std::max(max_inter, d.inter);
         if (w.is_moe && w.router.rawData() != nullptr) {
-            if (config_.num_experts % 8 != 0 || config_.num_experts > 256 || K > 32) {
-                return core::unsupported("the GPU router needs num_experts % 8 == 0, <= 256 and top_k <= 32");
+            // The GPU router takes num_experts % 32 == 0, <= 256 and top_k <= 32 (moe_cuda.h); other shapes are
+            // routed on the host with the reference router and the result uploaded like m2n routing.
+            if (config_.num_experts % 32 != 0 || config_.num_experts > 256 || K > 32) {
+                const auto* src = w.router.data<core::Bf16>();
+                d.host_router.assign(src, src + w.router.numel());
+                continue;
             }
             d.route_here = true;
             d.router = DeviceBuffer(w.router.nbytes());
             AFD_CUDA_CHECK(cudaMemcpy(d.router.get(), w.router.rawData(), w.router.nbytes(), cudaMemcpyHostToDevice));
             weight_bytes_ += w.router.nbytes();
         }
-        max_experts = std::max(max_experts, d.num_experts);
-        max_inter = std::max(max_inter, d.inter);
     }
     const int64_t rows = bucketFor(max_rows_);
     x_dev_ = DeviceBuffer(static_cast<size_t>(rows * H) * sizeof(uint16_t));
@@ -190,6 +196,18 @@ core::Status CudaFfnCompute::run(int64_t layer, int64_t T, const float* x, const
         if (ids != nullptr) {
             std::memcpy(ih, ids, static_cast<size_t>(T * K) * sizeof(int32_t));
             std::memcpy(wh, weights, static_cast<size_t>(T * K) * sizeof(float));
+        } else if (d.is_moe) {  // p2p MoE routed on the host
+            kernels::RouterParams r;
+            r.num_tokens = T;
+            r.hidden = H;
+            r.num_experts = config_.num_experts;
+            r.top_k = K;
+            r.norm_topk_prob = config_.norm_topk_prob;
+            r.x = x;
+            r.gate_w = d.host_router.data();
+            r.topk_ids = ih;
+            r.topk_weights = wh;
+            kernels::routerForwardCpu(r);
         } else {  // dense MLP layer: expert 0 with weight 1
             std::fill(ih, ih + T * K, 0);
             std::fill(wh, wh + T * K, 1.0f);
