@@ -84,8 +84,14 @@ def make_model(overrides, seed):
     return model.to(torch.bfloat16)
 
 
-def reference(model):
-    m = model.float().eval()
+def reference(model_dir):
+    # Reload the saved BF16 checkpoint in FP32, as transformers' users run it: upcasting the in-memory BF16 model
+    # would also leave the rotary inv_freq buffer rounded to BF16.
+    try:
+        m = Qwen3MoeForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    except TypeError:
+        m = Qwen3MoeForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    m.eval()
     ids = list(PROMPT)
     margins = []
     last_prompt_logits = None
@@ -127,7 +133,7 @@ def main():
         model = make_model(overrides, seed=1000 + i)
         model.save_pretrained(model_dir)
         check_saved(model_dir, {**BASE, **overrides})
-        want_ids, want_logits, margin = reference(model)
+        want_ids, want_logits, margin = reference(model_dir)
         dense = run([args.afd, "generate", "--model", model_dir, "--prompt-ids", prompt, "--max-tokens",
                      str(NEW_TOKENS), "--json"])
         err = rel_l2(dense["prompt_last_logits"], want_logits)
