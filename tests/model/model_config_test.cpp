@@ -343,6 +343,31 @@ TEST(ModelConfigRefuse, TopLevelNotAnObject) {
                           {kSource, "must be a JSON object, got array"}));
 }
 
+// `"key": [[…]]` with `levels` nested arrays, inside an otherwise plausible config.
+std::string configWithNestedArrays(const std::string& key, size_t levels) {
+    return R"({"model_type": "qwen3_moe", ")" + key + "\": " + std::string(levels, '[') + std::string(levels, ']') +
+           "}";
+}
+
+TEST(ModelConfigRefuse, DeepNestingWithoutExhaustingTheStack) {
+    // A 2 MB file, far below the size limit. Such values used to be dumped into the error message, one stack
+    // frame per level, which crashed the process.
+    constexpr size_t kLevels = 1'000'000;
+    for (const std::string key : {"rope_scaling", "quantization_config"}) {
+        EXPECT_TRUE(failsWith(ModelConfig::fromJson(configWithNestedArrays(key, kLevels), kSource).status(),
+                              StatusCode::kCorrupt, {kSource, "nested more than 64 levels deep"}))
+            << key;
+    }
+}
+
+TEST(ModelConfigRefuse, NestingLimitIsSixtyFourLevels) {
+    // The top-level object is the first level, so 63 arrays under it are the deepest accepted nesting.
+    EXPECT_TRUE(failsWith(ModelConfig::fromJson(configWithNestedArrays("rope_scaling", 63), kSource).status(),
+                          StatusCode::kUnsupported, {kSource, "rope_scaling must be null"}));
+    EXPECT_TRUE(failsWith(ModelConfig::fromJson(configWithNestedArrays("rope_scaling", 64), kSource).status(),
+                          StatusCode::kCorrupt, {kSource, "nested more than 64 levels deep"}));
+}
+
 // ---- wrong JSON types: one case per kind of field ----
 
 struct TypeCase {
