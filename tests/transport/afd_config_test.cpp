@@ -236,6 +236,26 @@ TEST(AfdConfig, MalformedJsonAndRepeatedKeysAreRejected) {
     EXPECT_THAT(parseError("[]"), HasSubstr("the afd value must be a JSON object"));
 }
 
+std::string nestedArrays(size_t levels) { return std::string(levels, '[') + std::string(levels, ']'); }
+
+TEST(AfdConfig, DeepNestingIsRejectedWithoutExhaustingTheStack) {
+    // 1 MB, the most an --afd-config file may hold. Such values used to be dumped into the error message, one
+    // stack frame per level, which crashed the process.
+    constexpr size_t kLevels = 500'000;
+    auto wrapped = parseAdditionalConfig(R"({"afd": )" + nestedArrays(kLevels) + "}", Role::kFfn);
+    ASSERT_FALSE(wrapped.isOk());
+    EXPECT_EQ(wrapped.status().message(),
+              "--additional-config: objects and arrays are nested more than 64 levels deep");
+    EXPECT_THAT(parseError(R"({"port": )" + nestedArrays(kLevels) + "}"),
+                HasSubstr("test: objects and arrays are nested more than 64 levels deep"));
+}
+
+TEST(AfdConfig, NestingLimitIsSixtyFourLevels) {
+    // The afd object is the first level, so 63 arrays under it are the deepest accepted nesting.
+    EXPECT_THAT(parseError(R"({"port": )" + nestedArrays(63) + "}"), HasSubstr("afd.port must be an integer"));
+    EXPECT_THAT(parseError(R"({"port": )" + nestedArrays(64) + "}"), HasSubstr("nested more than 64 levels deep"));
+}
+
 TEST(AfdConfig, ValidateChecksAStructBuiltInCode) {
     AfdConfig config;
     EXPECT_TRUE(config.validate().isOk());
