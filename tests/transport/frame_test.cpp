@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <vector>
+
 namespace afd::transport {
 namespace {
 
@@ -202,6 +205,29 @@ TEST(Frame, RejectsMalformedSegments) {
     // A segment smaller than the payload says.
     layout = decodeSegments(header, descriptorBytes(12, 2), kPeer);
     EXPECT_THAT(layout.status().message(), HasSubstr("add up to 16 bytes, the header says 32"));
+}
+
+TEST(Frame, SegmentSizesCannotWrapAroundPastThePayload) {
+    // Limits wide enough for a payload above 2^63 (the widest whose receive buffer size is representable).
+    const FrameLimits wide{std::numeric_limits<uint32_t>::max(),
+                           std::numeric_limits<size_t>::max() - receiveBufferBytes({0, 0})};
+    FrameHeader header;
+    header.kind = FrameKind::kA2f;
+    header.segment_count = 3;
+    header.rows = 1u << 31;
+    header.payload_bytes = uint64_t{3} << 62;
+    core::Result<FrameHeader> h = decodeHeader(encodeHeader(header), wide, kPeer);
+    ASSERT_TRUE(h.isOk()) << h.status().toString();
+    // F64 segments of 3 × 2^62, 3 × 2^62 and 2^62 bytes: 7 × 2^62 in all, which wraps around 2^64 to exactly the
+    // 3 × 2^62 the header declares. Such a layout used to be accepted, its segments reaching far past any buffer.
+    std::vector<uint8_t> d(3 * kSegmentDescriptorBytes);
+    encodeDescriptor({core::DType::kF64, 3u << 28}, &d[0]);
+    encodeDescriptor({core::DType::kF64, 3u << 28}, &d[kSegmentDescriptorBytes]);
+    encodeDescriptor({core::DType::kF64, 1u << 28}, &d[2 * kSegmentDescriptorBytes]);
+    core::Result<SegmentLayout> layout = decodeSegments(*h, d, kPeer);
+    EXPECT_EQ(layout.status().code(), core::StatusCode::kCorrupt);
+    EXPECT_THAT(layout.status().message(),
+                HasSubstr("segments add up to more than the frame's 13835058055282163712 payload bytes"));
 }
 
 TEST(Frame, SegmentsMismatchTheReceiversSpec) {
