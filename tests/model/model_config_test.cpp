@@ -799,5 +799,17 @@ TEST_F(ModelConfigFile, EmptyFileIsNotJson) {
     EXPECT_TRUE(failsWith(ModelConfig::fromFile(path).status(), StatusCode::kCorrupt, {path, "not valid JSON"}));
 }
 
+TEST(ModelConfigFixture, FuzzSeedCorpusIsAccepted) {
+    // The seeds start the fuzzer from valid configs; a seed the parser rejects would only explore error paths.
+    const std::filesystem::path dir = std::filesystem::path(AFD_TEST_DATA) / "../../fuzz/corpus/model_config";
+    size_t seeds = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+        const core::Result<ModelConfig> result = ModelConfig::fromFile(entry.path().string());
+        EXPECT_TRUE(result.isOk()) << result.status().toString();
+        ++seeds;
+    }
+    EXPECT_GE(seeds, 3u);
+}
+
 }  // namespace
 }  // namespace afd::model

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "core/check.h"
@@ -415,6 +417,28 @@ TEST(ResolveAfdConfig, EitherFlagOrNone) {
     ASSERT_TRUE(from_file.isOk()) << from_file.status().toString();
     ASSERT_TRUE(from_file->has_value());
     EXPECT_EQ((*from_file)->port, 3001);
+}
+
+TEST(AfdConfig, FuzzSeedCorpusIsAccepted) {
+    // The seeds start the fuzzer from valid configs: wrapped_* as --additional-config of an FFN rank, the others
+    // as the bare afd object. A seed the parsers reject would only explore error paths.
+    const std::filesystem::path dir = std::filesystem::path(AFD_TEST_DATA) / "../../fuzz/corpus/afd_config";
+    size_t seeds = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+        std::ifstream in(entry.path(), std::ios::binary);
+        const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("wrapped_", 0) == 0) {
+            const auto config = parseAdditionalConfig(text, Role::kFfn);
+            ASSERT_TRUE(config.isOk()) << name << ": " << config.status().toString();
+            EXPECT_TRUE(config->has_value()) << name;
+        } else {
+            const auto config = AfdConfig::fromJson(text, std::nullopt, name);
+            EXPECT_TRUE(config.isOk()) << config.status().toString();
+        }
+        ++seeds;
+    }
+    EXPECT_GE(seeds, 3u);
 }
 
 }  // namespace

@@ -3,8 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <span>
 #include <vector>
+
+#include "transport/afd_wire.h"
 
 namespace afd::transport {
 namespace {
@@ -282,6 +288,36 @@ TEST(Frame, HelloRoundTripsAndRejectsGarbage) {
     big.kind = FrameKind::kError;
     big.payload_bytes = kMaxControlPayloadBytes + 1;
     EXPECT_EQ(decode(encodeHeader(big)).status().code(), core::StatusCode::kCorrupt);
+}
+
+TEST(Frame, FuzzSeedCorpusDecodes) {
+    // The seeds start the fuzzer from frames a receiver accepts, under the limits the fuzz target uses first (an
+    // FFN rank of Qwen3-30B-A3B in m2n at 8192 tokens); a rejected seed would only explore error paths.
+    const FrameLimits limits{8192, m2nDispatchSpec(2048, 8).rowBytes() * 8192};
+    const std::filesystem::path dir = std::filesystem::path(AFD_TEST_DATA) / "../../fuzz/corpus/frame";
+    size_t seeds = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+        const std::string name = entry.path().filename().string();
+        std::ifstream in(entry.path(), std::ios::binary);
+        const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        ++seeds;
+        ASSERT_GE(bytes.size(), kFrameHeaderBytes) << name;
+        const auto h =
+            decodeHeader(std::span<const uint8_t, kFrameHeaderBytes>(bytes.data(), kFrameHeaderBytes), limits, name);
+        ASSERT_TRUE(h.isOk()) << h.status().toString();
+        const std::span<const uint8_t> rest(bytes.data() + kFrameHeaderBytes, bytes.size() - kFrameHeaderBytes);
+        if (h->kind == FrameKind::kA2f || h->kind == FrameKind::kF2a) {
+            const size_t descriptor_bytes = h->segment_count * kSegmentDescriptorBytes;
+            ASSERT_GE(rest.size(), descriptor_bytes) << name;
+            const auto layout = decodeSegments(h.value(), rest.first(descriptor_bytes), name);
+            EXPECT_TRUE(layout.isOk()) << layout.status().toString();
+        } else if (h->kind == FrameKind::kHello) {
+            ASSERT_GE(rest.size(), h->payload_bytes) << name;
+            const auto hello = decodeHelloPayload(rest.first(h->payload_bytes), name);
+            EXPECT_TRUE(hello.isOk()) << hello.status().toString();
+        }
+    }
+    EXPECT_GE(seeds, 3u);
 }
 
 }  // namespace
