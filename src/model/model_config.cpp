@@ -248,7 +248,7 @@ core::Result<ModelConfig> parseConfig(std::string_view text) {
     json root;
     try {
         root = json::parse(text.begin(), text.end(), callback);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error; out_of_range for a number beyond double's range
         return core::corrupt("not valid JSON: {}", e.what());
     }
     if (too_deep) return core::corrupt("objects and arrays are nested more than {} levels deep", kMaxJsonDepth);

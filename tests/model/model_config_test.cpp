@@ -338,6 +338,15 @@ TEST(ModelConfigRefuse, NotJson) {
                           {kSource, "not valid JSON"}));
 }
 
+TEST(ModelConfigRefuse, NumberBeyondDoubleRangeIsAnError) {
+    // The JSON parser reports such a number with an out_of_range exception, which used to escape fromJson.
+    for (const char* number : {"1e400", "-1e400"}) {
+        const std::string text = std::string(R"({"model_type": "qwen3_moe", "rope_theta": )") + number + "}";
+        EXPECT_TRUE(failsWith(ModelConfig::fromJson(text, kSource).status(), StatusCode::kCorrupt,
+                              {kSource, "not valid JSON", number}));
+    }
+}
+
 TEST(ModelConfigRefuse, TopLevelNotAnObject) {
     EXPECT_TRUE(failsWith(ModelConfig::fromJson("[1, 2]", kSource).status(), StatusCode::kCorrupt,
                           {kSource, "must be a JSON object, got array"}));
