@@ -21,7 +21,7 @@ using Json = nlohmann::json;
 constexpr size_t kMaxConfigFileBytes = size_t{1} << 20;
 constexpr size_t kMaxShownValueChars = 64;
 // Objects and arrays nest at most this deep (an AFD config nests three levels). Deeper documents are refused
-// while parsing, before anything walks them recursively: shown() dumps a value, recursing once per level.
+// right after parsing, before anything walks them recursively: shown() dumps a value, recursing once per level.
 constexpr int kMaxJsonDepth = 64;
 
 // A canonical key and its legacy alias (empty when it has none).
