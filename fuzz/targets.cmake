@@ -4,10 +4,11 @@
 # afd_fuzz_target(<name>) compiles fuzz/<name>_fuzz.cpp with the repository sources listed in
 # AFD_FUZZ_SOURCES_<name> into ${CMAKE_CURRENT_BINARY_DIR}/bin/<name>_fuzz (a folder of its own: Ninja already
 # names the target's phony alias fuzz/<name>_fuzz), as part of ALL so that CI builds it.
-# Headers under src/core and src/model are dependencies, so editing one rebuilds the targets.
+# Headers under src/core, src/model and src/transport are dependencies, so editing one rebuilds the targets.
 
 file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/bin)
-file(GLOB afd_fuzz_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/core/*.h ${PROJECT_SOURCE_DIR}/src/model/*.h)
+file(GLOB afd_fuzz_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/core/*.h ${PROJECT_SOURCE_DIR}/src/model/*.h
+     ${PROJECT_SOURCE_DIR}/src/transport/*.h)
 
 function(afd_fuzz_target name)
     set(target ${name}_fuzz)
@@ -40,3 +41,21 @@ endfunction()
 set(AFD_FUZZ_SOURCES_safetensors_header src/model/safetensors_format.cpp src/core/check.cpp src/core/dtype.cpp
     src/core/status.cpp src/core/tensor.cpp)
 afd_fuzz_target(safetensors_header)
+
+# ModelConfig::fromJson (src/model/model_config.h) on arbitrary text as a config.json.
+set(AFD_FUZZ_SOURCES_model_config src/model/model_config.cpp src/core/check.cpp src/core/dtype.cpp
+    src/core/mapped_file.cpp src/core/status.cpp src/core/unique_fd.cpp)
+afd_fuzz_target(model_config)
+
+# The AFD config parsers (src/transport/afd_config.h): the --additional-config wrapper and the bare afd object.
+set(AFD_FUZZ_SOURCES_afd_config src/transport/afd_config.cpp src/transport/topology.cpp src/core/check.cpp
+    src/core/mapped_file.cpp src/core/status.cpp src/core/unique_fd.cpp)
+afd_fuzz_target(afd_config)
+
+# The wire decoders (src/transport/frame.h): header, segment descriptors, hello payload.
+set(AFD_FUZZ_SOURCES_frame src/transport/frame.cpp src/core/check.cpp src/core/dtype.cpp src/core/status.cpp)
+afd_fuzz_target(frame)
+
+# The admin HTTP server's request-head parser (src/transport/http_request_parser.h).
+set(AFD_FUZZ_SOURCES_http_request src/transport/http_request_parser.cpp)
+afd_fuzz_target(http_request)

@@ -27,6 +27,9 @@ constexpr std::string_view kWeightDType = "bfloat16";
 constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
 // A config.json is a few KiB; anything this large is not one.
 constexpr size_t kMaxConfigBytes = size_t{16} << 20;
+// Objects and arrays nest at most this deep (a config.json nests three levels). Deeper documents are refused
+// while parsing, before anything walks them recursively: dump() for an error message recurses once per level.
+constexpr int kMaxJsonDepth = 64;
 
 // ---- typed access to JSON fields; `name` is the field's path in messages ("rope_parameters.rope_theta") ----
 
@@ -235,12 +238,20 @@ Status readTokenIds(const json& root, ModelConfig* c) {
 
 // Everything but validate(); defaults are transformers' Qwen3MoeConfig ones (see the header).
 core::Result<ModelConfig> parseConfig(std::string_view text) {
+    bool too_deep = false;
+    const json::parser_callback_t callback = [&too_deep](int depth, json::parse_event_t event, json& /*parsed*/) {
+        const bool opens = event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
+        if (!opens || depth < kMaxJsonDepth) return true;
+        too_deep = true;
+        return false;  // the subtree is not kept
+    };
     json root;
     try {
-        root = json::parse(text.begin(), text.end());
-    } catch (const json::parse_error& e) {
+        root = json::parse(text.begin(), text.end(), callback);
+    } catch (const json::exception& e) {  // parse_error; out_of_range for a number beyond double's range
         return core::corrupt("not valid JSON: {}", e.what());
     }
+    if (too_deep) return core::corrupt("objects and arrays are nested more than {} levels deep", kMaxJsonDepth);
     if (!root.is_object()) return core::corrupt("the top level must be a JSON object, got {}", root.type_name());
 
     ModelConfig c;

@@ -20,6 +20,9 @@ using Json = nlohmann::json;
 
 constexpr size_t kMaxConfigFileBytes = size_t{1} << 20;
 constexpr size_t kMaxShownValueChars = 64;
+// Objects and arrays nest at most this deep (an AFD config nests three levels). Deeper documents are refused
+// right after parsing, before anything walks them recursively: shown() dumps a value, recursing once per level.
+constexpr int kMaxJsonDepth = 64;
 
 // A canonical key and its legacy alias (empty when it has none).
 struct KeySpec {
@@ -63,7 +66,12 @@ std::string trimLower(std::string_view text) {
 core::Result<Json> parseJsonText(std::string_view text, std::string_view source) {
     std::vector<std::set<std::string>> open_objects;
     std::string duplicate;
-    auto callback = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    bool too_deep = false;
+    auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
+        if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
+            depth >= kMaxJsonDepth) {
+            too_deep = true;
+        }
         if (event == Json::parse_event_t::object_start) {
             open_objects.emplace_back();
         } else if (event == Json::parse_event_t::object_end) {
@@ -76,6 +84,10 @@ core::Result<Json> parseJsonText(std::string_view text, std::string_view source)
     };
     Json json = Json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/false);
     if (json.is_discarded()) return core::invalidArgument("{}: not valid JSON", source);
+    if (too_deep) {
+        return core::invalidArgument("{}: objects and arrays are nested more than {} levels deep", source,
+                                     kMaxJsonDepth);
+    }
     if (!duplicate.empty()) return core::invalidArgument("{}: key '{}' appears twice in one object", source, duplicate);
     return json;
 }
@@ -197,7 +209,9 @@ core::Result<ConnectorExtraConfig> parseExtra(const Json& value, ConnectorKind c
 core::Result<AfdConfig> parseAfdObject(const Json& object, std::optional<Role> expected_role, std::string_view source) {
     // Resolve every key to its canonical name first: unknown keys and alias clashes are reported before values.
     std::vector<std::pair<const KeySpec*, std::string>> present;  // spec, key as written
-    for (const auto& [name, item] : object.items()) {
+    for (auto it = object.begin(); it != object.end(); ++it) {
+        // NOTE: a named variable, not a structured binding: clang before 16 cannot capture bindings in a lambda.
+        const std::string& name = it.key();
         const auto spec = std::find_if(kKeys.begin(), kKeys.end(), [&](const KeySpec& s) {
             return s.canonical == name || (!s.alias.empty() && s.alias == name);
         });

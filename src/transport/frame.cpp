@@ -356,13 +356,14 @@ core::Result<SegmentLayout> decodeSegments(const FrameHeader& header, std::span<
                 header.payload_bytes);
         }
         const uint64_t bytes = row_bytes * header.rows;
-        total += bytes;
-        if (total > header.payload_bytes) {
+        // NOTE: total <= payload_bytes here, so the difference cannot wrap; the sum could for a payload above 2^63.
+        if (bytes > header.payload_bytes - total) {
             return core::corrupt(
                 "{}: {} frame for layer {} stage {}: segments add up to more than the frame's {} "
                 "payload bytes",
                 peer, kind_name, header.layer, header.stage, header.payload_bytes);
         }
+        total += bytes;
         layout.segments[i] = {*dtype, cols};
         layout.offsets[i] = offset;
         layout.bytes[i] = static_cast<size_t>(bytes);

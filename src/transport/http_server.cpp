@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -59,102 +58,6 @@ std::string_view reasonPhrase(int status) {
     return "Status";  // clients read the code; the phrase is informative only
 }
 
-// RFC 9110 token characters (method and header names).
-bool isTokenChar(char c) {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-    return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
-bool isToken(std::string_view text) { return !text.empty() && std::all_of(text.begin(), text.end(), isTokenChar); }
-
-std::string_view trimSpaces(std::string_view text) {
-    while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-    while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
-    return text;
-}
-
-std::string toLower(std::string_view text) {
-    std::string out(text);
-    for (char& c : out) {
-        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-    }
-    return out;
-}
-
-// A reply the server makes itself (errors), instead of a handler.
-struct Rejection {
-    int status;
-    std::string message;
-};
-
-// Parses the request line and headers (`head`: everything before the blank line, CRLF-separated). Fills
-// method, path, query and headers of `request` and the declared body length.
-std::optional<Rejection> parseHead(std::string_view head, HttpRequest& request, uint64_t& content_length) {
-    size_t line_end = head.find("\r\n");
-    const std::string_view request_line = head.substr(0, line_end);
-    head = line_end == std::string_view::npos ? std::string_view() : head.substr(line_end + 2);
-
-    const size_t first_space = request_line.find(' ');
-    const size_t second_space =
-        first_space == std::string_view::npos ? std::string_view::npos : request_line.find(' ', first_space + 1);
-    if (second_space == std::string_view::npos || request_line.find(' ', second_space + 1) != std::string_view::npos) {
-        return Rejection{400, "malformed request line (expected 'METHOD /path HTTP/1.1')"};
-    }
-    const std::string_view method = request_line.substr(0, first_space);
-    const std::string_view target = request_line.substr(first_space + 1, second_space - first_space - 1);
-    const std::string_view version = request_line.substr(second_space + 1);
-    if (!isToken(method)) return Rejection{400, "malformed request method"};
-    if (target.empty() || target.front() != '/') return Rejection{400, "request target must start with '/'"};
-    if (std::any_of(target.begin(), target.end(), [](char c) { return c <= ' ' || c == 0x7f; })) {
-        return Rejection{400, "request target contains control characters"};
-    }
-    if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || version[6] != '.' || version[5] < '0' ||
-        version[5] > '9' || version[7] < '0' || version[7] > '9') {
-        return Rejection{400, "malformed HTTP version"};
-    }
-    if (version[5] != '1') return Rejection{505, "only HTTP/1.x is supported"};
-
-    request.method = std::string(method);
-    const size_t question = target.find('?');
-    request.path = std::string(target.substr(0, question));
-    request.query = question == std::string_view::npos ? std::string() : std::string(target.substr(question + 1));
-
-    std::optional<uint64_t> declared_length;
-    while (!head.empty()) {
-        line_end = head.find("\r\n");
-        const std::string_view line = head.substr(0, line_end);
-        head = line_end == std::string_view::npos ? std::string_view() : head.substr(line_end + 2);
-        if (line.empty() || line.front() == ' ' || line.front() == '\t') {
-            return Rejection{400, "malformed header line (folded or empty)"};
-        }
-        const size_t colon = line.find(':');
-        if (colon == std::string_view::npos || !isToken(line.substr(0, colon))) {
-            return Rejection{400, "malformed header line (expected 'Name: value')"};
-        }
-        const std::string_view value = trimSpaces(line.substr(colon + 1));
-        if (std::any_of(value.begin(), value.end(), [](char c) { return c == '\0' || c == '\r' || c == '\n'; })) {
-            return Rejection{400, "header value contains CR, LF or NUL"};
-        }
-        std::string name = toLower(line.substr(0, colon));
-        if (name == "transfer-encoding")
-            return Rejection{501, "Transfer-Encoding is not supported; send Content-Length"};
-        if (name == "content-length") {
-            uint64_t length = 0;
-            const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), length);
-            if (ec == std::errc::result_out_of_range) return Rejection{413, "Content-Length is too large"};
-            if (value.empty() || ec != std::errc() || ptr != value.data() + value.size()) {
-                return Rejection{400, "Content-Length must be a decimal number"};
-            }
-            if (declared_length && *declared_length != length)
-                return Rejection{400, "conflicting Content-Length headers"};
-            declared_length = length;
-        }
-        request.headers.emplace_back(std::move(name), std::string(value));
-    }
-    content_length = declared_length.value_or(0);
-    return std::nullopt;
-}
-
 std::string serializeReply(const HttpReply& reply, const std::string& allow) {
     std::string out = fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
                                   reply.status, reasonPhrase(reply.status), reply.content_type, reply.body.size());
@@ -167,13 +70,6 @@ std::string serializeReply(const HttpReply& reply, const std::string& allow) {
 bool wouldBlock(int error) { return error == EAGAIN || error == EWOULDBLOCK || error == EINTR; }
 
 }  // namespace
-
-const std::string* HttpRequest::header(std::string_view name) const {
-    for (const auto& [key, value] : headers) {
-        if (key == name) return &value;
-    }
-    return nullptr;
-}
 
 struct HttpServer::Connection {
     enum class State { kReading, kWriting, kDraining, kClosed };
@@ -381,24 +277,24 @@ void HttpServer::readFrom(Connection& c) {
     }
     c.in.append(buffer, static_cast<size_t>(n));
 
-    std::optional<Rejection> rejection;
+    std::optional<HttpRejection> rejection;
     if (!c.head_parsed) {
         const size_t end = c.in.find("\r\n\r\n");
         if (end == std::string::npos) {
             if (c.in.size() >= options_.max_header_bytes) {
-                rejection = Rejection{431, fmt::format("request head exceeds {} bytes", options_.max_header_bytes)};
+                rejection = HttpRejection{431, fmt::format("request head exceeds {} bytes", options_.max_header_bytes)};
             } else {
                 return;  // wait for more
             }
         } else if (end + 4 > options_.max_header_bytes) {
-            rejection = Rejection{431, fmt::format("request head exceeds {} bytes", options_.max_header_bytes)};
+            rejection = HttpRejection{431, fmt::format("request head exceeds {} bytes", options_.max_header_bytes)};
         } else {
-            rejection = parseHead(std::string_view(c.in).substr(0, end), c.request, c.content_length);
+            rejection = parseRequestHead(std::string_view(c.in).substr(0, end), c.request, c.content_length);
             c.head_parsed = !rejection;
             c.body_offset = end + 4;
             if (!rejection && c.content_length > options_.max_body_bytes) {
-                rejection = Rejection{413, fmt::format("request body of {} bytes exceeds {} bytes", c.content_length,
-                                                       options_.max_body_bytes)};
+                rejection = HttpRejection{413, fmt::format("request body of {} bytes exceeds {} bytes",
+                                                           c.content_length, options_.max_body_bytes)};
             }
         }
     }

@@ -27,19 +27,9 @@
 
 #include "core/status.h"
 #include "core/unique_fd.h"
+#include "transport/http_request_parser.h"
 
 namespace afd::transport {
-
-struct HttpRequest {
-    std::string method;  // as sent, e.g. "GET"
-    std::string path;    // the target up to '?', e.g. "/ready" (not percent-decoded)
-    std::string query;   // the target after '?', empty when absent
-    std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased, values trimmed, in order
-    std::string body;
-
-    // The first header called `name` (lower-case), or nullptr.
-    const std::string* header(std::string_view name) const;
-};
 
 struct HttpReply {
     int status = 200;  // 100..599; anything else is sent as 500

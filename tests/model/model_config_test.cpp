@@ -338,9 +338,43 @@ TEST(ModelConfigRefuse, NotJson) {
                           {kSource, "not valid JSON"}));
 }
 
+TEST(ModelConfigRefuse, NumberBeyondDoubleRangeIsAnError) {
+    // The JSON parser reports such a number with an out_of_range exception, which used to escape fromJson.
+    for (const char* number : {"1e400", "-1e400"}) {
+        const std::string text = std::string(R"({"model_type": "qwen3_moe", "rope_theta": )") + number + "}";
+        EXPECT_TRUE(failsWith(ModelConfig::fromJson(text, kSource).status(), StatusCode::kCorrupt,
+                              {kSource, "not valid JSON", number}));
+    }
+}
+
 TEST(ModelConfigRefuse, TopLevelNotAnObject) {
     EXPECT_TRUE(failsWith(ModelConfig::fromJson("[1, 2]", kSource).status(), StatusCode::kCorrupt,
                           {kSource, "must be a JSON object, got array"}));
+}
+
+// `"key": [[…]]` with `levels` nested arrays, inside an otherwise plausible config.
+std::string configWithNestedArrays(const std::string& key, size_t levels) {
+    return R"({"model_type": "qwen3_moe", ")" + key + "\": " + std::string(levels, '[') + std::string(levels, ']') +
+           "}";
+}
+
+TEST(ModelConfigRefuse, DeepNestingWithoutExhaustingTheStack) {
+    // A 2 MB file, far below the size limit. Such values used to be dumped into the error message, one stack
+    // frame per level, which crashed the process.
+    constexpr size_t kLevels = 1'000'000;
+    for (const std::string key : {"rope_scaling", "quantization_config"}) {
+        EXPECT_TRUE(failsWith(ModelConfig::fromJson(configWithNestedArrays(key, kLevels), kSource).status(),
+                              StatusCode::kCorrupt, {kSource, "nested more than 64 levels deep"}))
+            << key;
+    }
+}
+
+TEST(ModelConfigRefuse, NestingLimitIsSixtyFourLevels) {
+    // The top-level object is the first level, so 63 arrays under it are the deepest accepted nesting.
+    EXPECT_TRUE(failsWith(ModelConfig::fromJson(configWithNestedArrays("rope_scaling", 63), kSource).status(),
+                          StatusCode::kUnsupported, {kSource, "rope_scaling must be null"}));
+    EXPECT_TRUE(failsWith(ModelConfig::fromJson(configWithNestedArrays("rope_scaling", 64), kSource).status(),
+                          StatusCode::kCorrupt, {kSource, "nested more than 64 levels deep"}));
 }
 
 // ---- wrong JSON types: one case per kind of field ----
@@ -772,6 +806,18 @@ TEST_F(ModelConfigFile, EmptyFileIsNotJson) {
     const std::string path = (dir_ / "config.json").string();
     std::ofstream(path).flush();
     EXPECT_TRUE(failsWith(ModelConfig::fromFile(path).status(), StatusCode::kCorrupt, {path, "not valid JSON"}));
+}
+
+TEST(ModelConfigFixture, FuzzSeedCorpusIsAccepted) {
+    // The seeds start the fuzzer from valid configs; a seed the parser rejects would only explore error paths.
+    const std::filesystem::path dir = std::filesystem::path(AFD_TEST_DATA) / "../../fuzz/corpus/model_config";
+    size_t seeds = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+        const core::Result<ModelConfig> result = ModelConfig::fromFile(entry.path().string());
+        EXPECT_TRUE(result.isOk()) << result.status().toString();
+        ++seeds;
+    }
+    EXPECT_GE(seeds, 3u);
 }
 
 }  // namespace

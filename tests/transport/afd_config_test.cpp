@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "core/check.h"
@@ -236,6 +238,26 @@ TEST(AfdConfig, MalformedJsonAndRepeatedKeysAreRejected) {
     EXPECT_THAT(parseError("[]"), HasSubstr("the afd value must be a JSON object"));
 }
 
+std::string nestedArrays(size_t levels) { return std::string(levels, '[') + std::string(levels, ']'); }
+
+TEST(AfdConfig, DeepNestingIsRejectedWithoutExhaustingTheStack) {
+    // 1 MB, the most an --afd-config file may hold. Such values used to be dumped into the error message, one
+    // stack frame per level, which crashed the process.
+    constexpr size_t kLevels = 500'000;
+    auto wrapped = parseAdditionalConfig(R"({"afd": )" + nestedArrays(kLevels) + "}", Role::kFfn);
+    ASSERT_FALSE(wrapped.isOk());
+    EXPECT_EQ(wrapped.status().message(),
+              "--additional-config: objects and arrays are nested more than 64 levels deep");
+    EXPECT_THAT(parseError(R"({"port": )" + nestedArrays(kLevels) + "}"),
+                HasSubstr("test: objects and arrays are nested more than 64 levels deep"));
+}
+
+TEST(AfdConfig, NestingLimitIsSixtyFourLevels) {
+    // The afd object is the first level, so 63 arrays under it are the deepest accepted nesting.
+    EXPECT_THAT(parseError(R"({"port": )" + nestedArrays(63) + "}"), HasSubstr("afd.port must be an integer"));
+    EXPECT_THAT(parseError(R"({"port": )" + nestedArrays(64) + "}"), HasSubstr("nested more than 64 levels deep"));
+}
+
 TEST(AfdConfig, ValidateChecksAStructBuiltInCode) {
     AfdConfig config;
     EXPECT_TRUE(config.validate().isOk());
@@ -395,6 +417,28 @@ TEST(ResolveAfdConfig, EitherFlagOrNone) {
     ASSERT_TRUE(from_file.isOk()) << from_file.status().toString();
     ASSERT_TRUE(from_file->has_value());
     EXPECT_EQ((*from_file)->port, 3001);
+}
+
+TEST(AfdConfig, FuzzSeedCorpusIsAccepted) {
+    // The seeds start the fuzzer from valid configs: wrapped_* as --additional-config of an FFN rank, the others
+    // as the bare afd object. A seed the parsers reject would only explore error paths.
+    const std::filesystem::path dir = std::filesystem::path(AFD_TEST_DATA) / "../../fuzz/corpus/afd_config";
+    size_t seeds = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+        std::ifstream in(entry.path(), std::ios::binary);
+        const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("wrapped_", 0) == 0) {
+            const auto config = parseAdditionalConfig(text, Role::kFfn);
+            ASSERT_TRUE(config.isOk()) << name << ": " << config.status().toString();
+            EXPECT_TRUE(config->has_value()) << name;
+        } else {
+            const auto config = AfdConfig::fromJson(text, std::nullopt, name);
+            EXPECT_TRUE(config.isOk()) << config.status().toString();
+        }
+        ++seeds;
+    }
+    EXPECT_GE(seeds, 3u);
 }
 
 }  // namespace

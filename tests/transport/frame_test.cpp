@@ -3,6 +3,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "transport/afd_wire.h"
+
 namespace afd::transport {
 namespace {
 
@@ -204,6 +213,29 @@ TEST(Frame, RejectsMalformedSegments) {
     EXPECT_THAT(layout.status().message(), HasSubstr("add up to 16 bytes, the header says 32"));
 }
 
+TEST(Frame, SegmentSizesCannotWrapAroundPastThePayload) {
+    // Limits wide enough for a payload above 2^63 (the widest whose receive buffer size is representable).
+    const FrameLimits wide{std::numeric_limits<uint32_t>::max(),
+                           std::numeric_limits<size_t>::max() - receiveBufferBytes({0, 0})};
+    FrameHeader header;
+    header.kind = FrameKind::kA2f;
+    header.segment_count = 3;
+    header.rows = 1u << 31;
+    header.payload_bytes = uint64_t{3} << 62;
+    core::Result<FrameHeader> h = decodeHeader(encodeHeader(header), wide, kPeer);
+    ASSERT_TRUE(h.isOk()) << h.status().toString();
+    // F64 segments of 3 × 2^62, 3 × 2^62 and 2^62 bytes: 7 × 2^62 in all, which wraps around 2^64 to exactly the
+    // 3 × 2^62 the header declares. Such a layout used to be accepted, its segments reaching far past any buffer.
+    std::vector<uint8_t> d(3 * kSegmentDescriptorBytes);
+    encodeDescriptor({core::DType::kF64, 3u << 28}, &d[0]);
+    encodeDescriptor({core::DType::kF64, 3u << 28}, &d[kSegmentDescriptorBytes]);
+    encodeDescriptor({core::DType::kF64, 1u << 28}, &d[2 * kSegmentDescriptorBytes]);
+    core::Result<SegmentLayout> layout = decodeSegments(*h, d, kPeer);
+    EXPECT_EQ(layout.status().code(), core::StatusCode::kCorrupt);
+    EXPECT_THAT(layout.status().message(),
+                HasSubstr("segments add up to more than the frame's 13835058055282163712 payload bytes"));
+}
+
 TEST(Frame, SegmentsMismatchTheReceiversSpec) {
     const std::vector<SegmentSpec> sent = {{core::DType::kF32, 4}, {core::DType::kI32, 2}};
     const FrameHeader header = makeDataHeader(FrameKind::kA2f, {1, 1, 0}, 2, sent);
@@ -256,6 +288,36 @@ TEST(Frame, HelloRoundTripsAndRejectsGarbage) {
     big.kind = FrameKind::kError;
     big.payload_bytes = kMaxControlPayloadBytes + 1;
     EXPECT_EQ(decode(encodeHeader(big)).status().code(), core::StatusCode::kCorrupt);
+}
+
+TEST(Frame, FuzzSeedCorpusDecodes) {
+    // The seeds start the fuzzer from frames a receiver accepts, under the limits the fuzz target uses first (an
+    // FFN rank of Qwen3-30B-A3B in m2n at 8192 tokens); a rejected seed would only explore error paths.
+    const FrameLimits limits{8192, m2nDispatchSpec(2048, 8).rowBytes() * 8192};
+    const std::filesystem::path dir = std::filesystem::path(AFD_TEST_DATA) / "../../fuzz/corpus/frame";
+    size_t seeds = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+        const std::string name = entry.path().filename().string();
+        std::ifstream in(entry.path(), std::ios::binary);
+        const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        ++seeds;
+        ASSERT_GE(bytes.size(), kFrameHeaderBytes) << name;
+        const auto h =
+            decodeHeader(std::span<const uint8_t, kFrameHeaderBytes>(bytes.data(), kFrameHeaderBytes), limits, name);
+        ASSERT_TRUE(h.isOk()) << h.status().toString();
+        const std::span<const uint8_t> rest(bytes.data() + kFrameHeaderBytes, bytes.size() - kFrameHeaderBytes);
+        if (h->kind == FrameKind::kA2f || h->kind == FrameKind::kF2a) {
+            const size_t descriptor_bytes = h->segment_count * kSegmentDescriptorBytes;
+            ASSERT_GE(rest.size(), descriptor_bytes) << name;
+            const auto layout = decodeSegments(h.value(), rest.first(descriptor_bytes), name);
+            EXPECT_TRUE(layout.isOk()) << layout.status().toString();
+        } else if (h->kind == FrameKind::kHello) {
+            ASSERT_GE(rest.size(), h->payload_bytes) << name;
+            const auto hello = decodeHelloPayload(rest.first(h->payload_bytes), name);
+            EXPECT_TRUE(hello.isOk()) << hello.status().toString();
+        }
+    }
+    EXPECT_GE(seeds, 3u);
 }
 
 }  // namespace
