@@ -80,6 +80,10 @@ core::Result<int> freePort() {
 core::Result<json> afdObject(const std::string& text) {
     json root = json::object();
     if (!text.empty()) {
+        // The config's own parser first: it names the key and the rule, and refuses what is not safe to walk
+        // (e.g. nesting deeper than it allows) before this function copies or prints anything of it.
+        auto checked = transport::parseAdditionalConfig(text, transport::Role::kAttention);
+        if (!checked.isOk()) return checked.status();
         root = json::parse(text, nullptr, false);
         if (root.is_discarded() || !root.is_object()) return core::invalidArgument("--additional-config must be a JSON object");
     }
@@ -89,7 +93,11 @@ core::Result<json> afdObject(const std::string& text) {
     for (const char* key : {"role", "afd_role"}) {
         if (afd.contains(key)) return core::invalidArgument("--additional-config: afd.{} is implied by afd launch (it starts both roles)", key);
     }
-    if (!afd.contains("num_attention_ranks") && !afd.contains("num_ffn_ranks")) {
+    // The default deployment is m2n with 1 attention rank and 2 FFN ranks; p2p without counts keeps the config's
+    // own defaults (1A1F), since p2p needs at least as many attention ranks as FFN ranks.
+    const auto parsed = transport::AfdConfig::fromJson(afd.dump(), transport::Role::kAttention, "--additional-config");
+    const bool p2p = parsed.isOk() && !parsed->compute_gate_on_attention;
+    if (!afd.contains("num_attention_ranks") && !afd.contains("num_ffn_ranks") && !p2p) {
         afd["num_attention_ranks"] = 1;
         afd["num_ffn_ranks"] = 2;
     }
