@@ -104,8 +104,25 @@ void runBothRoles(bool ffn_first) {
     }
     for (auto& a : attention) ASSERT_EQ(a.process.wait(60s), 0) << readText(a.log_path);
     EXPECT_EQ(newIdsOf(attention[0].out_path), kFixtureIds);
-    for (auto& f : ffn) {
+    for (size_t k = 0; k < ffn.size(); ++k) {
+        auto& f = ffn[k];
         ASSERT_GT(testing::waitAdminPort(f), 0);
+        // The session is over but the rank serves its admin endpoints until stopped.
+        EXPECT_EQ(testing::httpGet(f.admin_port, "/health").value_or(""), "ok\n");
+        EXPECT_EQ(testing::httpGet(f.admin_port, "/ready").value_or(""), "session_ended\n");
+        const json status = json::parse(testing::httpGet(f.admin_port, "/status").value_or("{}"));
+        EXPECT_EQ(status["role"], "ffn");
+        EXPECT_EQ(status["rank"], static_cast<int>(k));
+        EXPECT_EQ(status["state"], "session_ended");
+        EXPECT_EQ(status["expert_range"], (json{4 * static_cast<int>(k), 4 * static_cast<int>(k) + 4}));
+        EXPECT_GT(status["weight_bytes"].get<int64_t>(), 0);
+        EXPECT_GT(status["steps"].get<int>(), 0);
+        EXPECT_EQ(status["afd"]["num_ffn_ranks"], 2);
+        const std::string metrics = testing::httpGet(f.admin_port, "/metrics").value_or("");
+        EXPECT_NE(metrics.find("afd_ffn_steps_total "), std::string::npos) << metrics;
+        EXPECT_NE(metrics.find("afd_ffn_tokens_total "), std::string::npos);
+        EXPECT_NE(metrics.find("afd_ffn_layer_compute_seconds_total{layer=\"2\"}"), std::string::npos);
+        EXPECT_NE(metrics.find("afd_ffn_layer_wait_seconds_total{layer=\"0\"}"), std::string::npos);
         EXPECT_TRUE(testing::httpPostStop(f.admin_port));
     }
     for (auto& f : ffn) {
@@ -171,6 +188,7 @@ TEST(AfdFailures, AttentionKilledEndsFfnRanksWithPeerLost) {
     for (auto& f : ffn) ASSERT_GT(testing::waitAdminPort(f), 0);
     auto attention = testing::startAttention(dir.path(), kTiny, cfg, 0, {kFixturePrompt}, 4000, kLongRun);
     waitServing(ffn[0].admin_port);
+    EXPECT_EQ(testing::httpGet(ffn[0].admin_port, "/ready").value_or(""), "ready\n");
     attention.process.signal(SIGKILL);
     for (auto& f : ffn) {
         const auto code = f.process.wait(10s);
