@@ -1,6 +1,8 @@
 #include "attention/engine.h"
 
 #include <algorithm>
+#include <limits>
+#include <new>
 
 #include "attention/sampler.h"
 #include "core/check.h"
@@ -9,8 +11,13 @@ namespace afd::attention {
 
 core::Status EngineOptions::validate() const {
     AFD_RETURN_IF_ERROR(scheduler.validate());
-    if (block_size < 1) return core::invalidArgument("block_size must be >= 1, got {}", block_size);
-    if (num_kv_blocks < 0) return core::invalidArgument("num_kv_blocks must be >= 0, got {}", num_kv_blocks);
+    if (block_size < 1 || block_size > 4096) {
+        return core::invalidArgument("block_size must be in [1, 4096], got {}", block_size);
+    }
+    if (num_kv_blocks < 0 || num_kv_blocks > std::numeric_limits<int32_t>::max()) {
+        return core::invalidArgument("num_kv_blocks must be in [0, {}], got {}", std::numeric_limits<int32_t>::max(),
+                                     num_kv_blocks);
+    }
     if (dbo_min_tokens < 2) return core::invalidArgument("dbo_min_tokens must be >= 2, got {}", dbo_min_tokens);
     return core::Status::ok();
 }
@@ -25,18 +32,32 @@ Engine::Engine(const model::ModelConfig& config, const model::ModelWeights& weig
     shape.num_kv_heads = config.num_key_value_heads;
     shape.head_dim = config.head_dim;
     const int64_t blocks_per_seq = (options.scheduler.max_model_len + options.block_size - 1) / options.block_size;
+    // NOTE: validate() bounds max_model_len and max_num_seqs, so this product stays far from overflow.
     if (options.num_kv_blocks > 0) {
         shape.num_blocks = options.num_kv_blocks;
     } else {
         shape.num_blocks = 1;
         const uint64_t bytes_per_block = shape.bytes();
         const int64_t affordable = static_cast<int64_t>(options.kv_cache_bytes / bytes_per_block);
-        shape.num_blocks = std::max<int64_t>(
-            blocks_per_seq, std::min(blocks_per_seq * options.scheduler.max_num_seqs, affordable));
+        shape.num_blocks = std::min<int64_t>(
+            std::numeric_limits<int32_t>::max(),
+            std::max<int64_t>(blocks_per_seq, std::min(blocks_per_seq * options.scheduler.max_num_seqs, affordable)));
     }
     kv_cache_ = std::make_unique<KvCache>(shape);
     scheduler_ = std::make_unique<Scheduler>(options.scheduler, kv_cache_->allocator(), options.block_size);
     runner_ = std::make_unique<ModelRunner>(config, weights, *kv_cache_, backend);
+}
+
+core::Result<std::unique_ptr<Engine>> Engine::create(const model::ModelConfig& config,
+                                                     const model::ModelWeights& weights, MlpBackend& backend,
+                                                     const EngineOptions& options) {
+    AFD_RETURN_IF_ERROR(options.validate());
+    try {
+        return std::make_unique<Engine>(config, weights, backend, options);
+    } catch (const std::bad_alloc&) {
+        return core::invalidArgument("the KV cache does not fit in memory: lower --num-kv-blocks, --kv-cache-mb, "
+                                     "--max-num-seqs or --max-model-len");
+    }
 }
 
 core::Result<int64_t> Engine::addRequest(std::vector<int32_t> prompt, const SamplingParams& params,
@@ -104,8 +125,14 @@ core::Result<std::vector<std::unique_ptr<Sequence>>> Engine::step() {
     AFD_CHECK(!finished_, "step() after finish()");
     ScheduledStep scheduled = scheduler_->schedule();
     if (scheduled.empty()) return std::vector<std::unique_ptr<Sequence>>{};
+    AFD_CHECK(!broken_, "step() after a failed step");
     const ForwardBatch batch = buildBatch(scheduled);
-    AFD_ASSIGN_OR_RETURN(core::Tensor logits, runner_->forward(batch, next_step_++, false));
+    core::Result<core::Tensor> forward = runner_->forward(batch, next_step_++, false);
+    if (!forward.isOk()) {
+        broken_ = true;
+        return forward.status();
+    }
+    core::Tensor logits = std::move(forward).value();
     size_t row = 0;
     for (const auto& c : scheduled.chunks) {
         if (!c.sample) continue;
@@ -136,6 +163,7 @@ core::Result<std::vector<std::unique_ptr<Sequence>>> Engine::step() {
 core::Status Engine::finish() {
     if (finished_) return core::Status::ok();
     finished_ = true;
+    if (broken_) return core::Status::ok();
     StepPlan plan;
     plan.step = next_step_++;
     plan.last = true;

@@ -32,6 +32,11 @@ class Engine {
 public:
     Engine(const model::ModelConfig& config, const model::ModelWeights& weights, MlpBackend& backend,
            const EngineOptions& options);
+    // As the constructor, with the options checked (errors name the option) and a KV cache that cannot be
+    // allocated reported as an error instead of an exception.
+    static core::Result<std::unique_ptr<Engine>> create(const model::ModelConfig& config,
+                                                        const model::ModelWeights& weights, MlpBackend& backend,
+                                                        const EngineOptions& options);
 
     // Queues a request; returns its id. Errors (bad sampling params, too long) name the field.
     core::Result<int64_t> addRequest(std::vector<int32_t> prompt, const SamplingParams& params,
@@ -39,7 +44,8 @@ public:
     bool hasWork() const { return scheduler_->hasWork(); }
     // Runs one step. Returns the sequences that finished in it (ownership passes to the caller).
     core::Result<std::vector<std::unique_ptr<Sequence>>> step();
-    // Tells the backend that no step follows (AFD: this rank leaves its FFN peers). Idempotent.
+    // Tells the backend that no step follows (AFD: this rank leaves its FFN peers). Idempotent. After a step that
+    // failed part-way the backend is mid-step, so nothing is sent (the caller closes the connection instead).
     core::Status finish();
 
     uint64_t numSteps() const { return next_step_; }
@@ -58,6 +64,7 @@ private:
     int64_t next_request_id_ = 0;
     uint64_t next_step_ = 0;
     bool finished_ = false;
+    bool broken_ = false;  // a step failed part-way
 };
 
 }  // namespace afd::attention

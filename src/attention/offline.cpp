@@ -6,7 +6,8 @@ namespace afd::attention {
 
 core::Result<std::vector<GenerationResult>> generateOffline(Engine& engine,
                                                             const std::vector<std::vector<int32_t>>& prompts,
-                                                            const SamplingParams& params, bool want_prompt_logits) {
+                                                            const SamplingParams& params, bool want_prompt_logits,
+                                                            const std::function<bool()>& cancelled) {
     auto run = [&]() -> core::Result<std::vector<GenerationResult>> {
         std::map<int64_t, size_t> index_of;
         for (size_t i = 0; i < prompts.size(); ++i) {
@@ -15,6 +16,7 @@ core::Result<std::vector<GenerationResult>> generateOffline(Engine& engine,
         }
         std::vector<GenerationResult> results(prompts.size());
         while (engine.hasWork()) {
+            if (cancelled && cancelled()) return core::makeStatus(core::StatusCode::kCancelled, "generation cancelled");
             AFD_ASSIGN_OR_RETURN(auto finished, engine.step());
             for (auto& seq : finished) {
                 GenerationResult& r = results[index_of.at(seq->id)];

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "attention/engine.h"
@@ -18,8 +19,10 @@ struct GenerationResult {
 
 // Results come back in prompt order. Calls engine.finish() at the end (also after an error) so AFD peers
 // learn that this rank is done.
+// `cancelled`, when given, is checked between steps: once it returns true the run ends with kCancelled.
 core::Result<std::vector<GenerationResult>> generateOffline(Engine& engine,
                                                             const std::vector<std::vector<int32_t>>& prompts,
-                                                            const SamplingParams& params, bool want_prompt_logits);
+                                                            const SamplingParams& params, bool want_prompt_logits,
+                                                            const std::function<bool()>& cancelled = {});
 
 }  // namespace afd::attention

@@ -21,7 +21,10 @@ core::Status SchedulerOptions::validate() const {
     if (max_num_batched_tokens < 1) {
         return core::invalidArgument("max_num_batched_tokens must be >= 1, got {}", max_num_batched_tokens);
     }
-    if (max_model_len < 2) return core::invalidArgument("max_model_len must be >= 2, got {}", max_model_len);
+    if (max_model_len < 2 || max_model_len > (int64_t{1} << 30)) {
+        return core::invalidArgument("max_model_len must be in [2, 2^30], got {}", max_model_len);
+    }
+    if (max_num_seqs > (int64_t{1} << 20)) return core::invalidArgument("max_num_seqs must be <= 2^20, got {}", max_num_seqs);
     return core::Status::ok();
 }
 
@@ -35,12 +38,14 @@ Scheduler::Scheduler(const SchedulerOptions& options, BlockAllocator& allocator,
     : options_(options), allocator_(allocator), block_size_(block_size) {}
 
 core::Status Scheduler::add(std::unique_ptr<Sequence> seq) {
-    const int64_t longest = seq->numTokens() + seq->params.max_tokens;
     if (seq->prompt.empty()) return core::invalidArgument("request {}: the prompt is empty", seq->id);
-    if (longest > options_.max_model_len) {
+    // NOTE: compared as a difference: max_tokens may be anything up to INT64_MAX.
+    if (seq->numTokens() > options_.max_model_len ||
+        seq->params.max_tokens > options_.max_model_len - seq->numTokens()) {
         return core::invalidArgument("request {}: prompt ({} tokens) + max_tokens ({}) exceeds max_model_len {}",
                                      seq->id, seq->numTokens(), seq->params.max_tokens, options_.max_model_len);
     }
+    const int64_t longest = seq->numTokens() + seq->params.max_tokens;
     const int64_t blocks_needed = (longest + block_size_ - 1) / block_size_;
     if (blocks_needed > allocator_.numBlocks()) {
         return core::invalidArgument("request {}: needs {} KV blocks but the cache has {}", seq->id, blocks_needed,

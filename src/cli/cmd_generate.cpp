@@ -44,6 +44,7 @@ core::Result<std::vector<int32_t>> parseIds(const std::string& text) {
 
 struct GenerateOptions {
     std::string model;
+    std::optional<int64_t> max_num_batched_tokens;
     std::optional<std::string> additional_config;
     std::optional<std::string> afd_config_file;
     int attention_rank = 0;
@@ -86,7 +87,8 @@ void printResults(const std::vector<attention::GenerationResult>& results, bool 
 
 // One attention rank of an AFD deployment: the MLP/MoE blocks go to the FFN ranks through the connector.
 int runAttentionRank(const GenerateOptions& options, const transport::AfdConfig& afd, const OpenedModel& opened,
-                     const attention::EngineOptions& engine_options, const std::vector<std::vector<int32_t>>& prompts) {
+                     const attention::EngineOptions& engine_options_in,
+                     const std::vector<std::vector<int32_t>>& prompts) {
     const model::ModelConfig& config = opened.config;
     if (options.attention_rank < 0 || options.attention_rank >= afd.num_attention_ranks) {
         AFD_LOG_ERROR("--attention-rank {} must be in [0, afd.num_attention_ranks={})", options.attention_rank,
@@ -97,6 +99,10 @@ int runAttentionRank(const GenerateOptions& options, const transport::AfdConfig&
         AFD_LOG_ERROR("afd.connector {:?}: offline generation runs over the tcp connector",
                       transport::connectorName(afd.connector));
         return core::kExitBadConfig;
+    }
+    attention::EngineOptions engine_options = engine_options_in;
+    if (!options.max_num_batched_tokens) {
+        engine_options.scheduler.max_num_batched_tokens = std::min<int64_t>(2048, afd.max_num_tokens);
     }
     if (engine_options.scheduler.max_num_batched_tokens > afd.max_num_tokens) {
         AFD_LOG_ERROR("--max-num-batched-tokens {} exceeds afd.max_num_tokens {} (the most tokens a frame may carry)",
@@ -136,15 +142,25 @@ int runAttentionRank(const GenerateOptions& options, const transport::AfdConfig&
     tcp.rendezvous_timeout = std::chrono::seconds(afd.connect_timeout_s);
     tcp.step_timeout = std::chrono::seconds(afd.step_timeout_s);
     tcp.max_rows = static_cast<uint32_t>(afd.max_num_tokens);
-    tcp.max_frame_bytes = transport::hiddenSpec(config.hidden_size).rowBytes() * static_cast<size_t>(afd.max_num_tokens);
+    // The limit covers frames both ways (the connector checks what it sends against what the peer accepts): the
+    // m2n dispatch rows carry ids and weights besides the hidden state.
+    const size_t row_bytes = afd.compute_gate_on_attention
+                                 ? transport::m2nDispatchSpec(config.hidden_size, config.num_experts_per_tok).rowBytes()
+                                 : transport::hiddenSpec(config.hidden_size).rowBytes();
+    tcp.max_frame_bytes = row_bytes * static_cast<size_t>(afd.max_num_tokens);
     auto connector = transport::tcp::createAttentionConnector(tcp);
     if (!connector.isOk()) {
         AFD_LOG_ERROR("{}", connector.status().message());
         return exitCodeFor(connector.status());
     }
     attention::RemoteMlpBackend backend(config, *weights, afd.mode(), topology, **connector);
-    attention::Engine engine(config, *weights, backend, engine_options);
-    auto results = attention::generateOffline(engine, prompts, options.sampling, options.json);
+    auto engine = attention::Engine::create(config, *weights, backend, engine_options);
+    if (!engine.isOk()) {
+        AFD_LOG_ERROR("{}", engine.status().message());
+        (*connector)->close();
+        return exitCodeFor(engine.status());
+    }
+    auto results = attention::generateOffline(**engine, prompts, options.sampling, options.json);
     (*connector)->close();
     if (!results.isOk()) {
         AFD_LOG_ERROR("{}", results.status().message());
@@ -164,6 +180,10 @@ int runGenerate(const GenerateOptions& options) {
         }
         prompts.push_back(std::move(ids).value());
     }
+    if (prompts.empty() && !options.additional_config && !options.afd_config_file) {
+        AFD_LOG_ERROR("--prompt-ids is required (one per sequence)");
+        return core::kExitBadConfig;
+    }
     auto opened = openModel(options.model);
     if (!opened.isOk()) {
         AFD_LOG_ERROR("{}", opened.status().message());
@@ -174,6 +194,7 @@ int runGenerate(const GenerateOptions& options) {
     if (engine_options.scheduler.max_model_len <= 0) {
         engine_options.scheduler.max_model_len = std::min<int64_t>(config.max_position_embeddings, 8192);
     }
+    engine_options.scheduler.max_num_batched_tokens = options.max_num_batched_tokens.value_or(2048);
     if (auto status = engine_options.validate(); !status.isOk()) {
         AFD_LOG_ERROR("{}", status.message());
         return core::kExitBadConfig;
@@ -191,8 +212,12 @@ int runGenerate(const GenerateOptions& options) {
             return exitCodeFor(weights.status());
         }
         attention::LocalMlpBackend backend(config, *weights);
-        attention::Engine engine(config, *weights, backend, engine_options);
-        auto results = attention::generateOffline(engine, prompts, options.sampling, options.json);
+        auto engine = attention::Engine::create(config, *weights, backend, engine_options);
+        if (!engine.isOk()) {
+            AFD_LOG_ERROR("{}", engine.status().message());
+            return exitCodeFor(engine.status());
+        }
+        auto results = attention::generateOffline(**engine, prompts, options.sampling, options.json);
         if (!results.isOk()) {
             AFD_LOG_ERROR("{}", results.status().message());
             return exitCodeFor(results.status());
@@ -210,8 +235,8 @@ void addGenerateCommand(CLI::App& app, int& exit_code) {
     options->engine.scheduler.max_model_len = 0;  // default: from the model config
     CLI::App* cmd = app.add_subcommand("generate", "Offline generation (the dense reference without an AFD config)");
     cmd->add_option("--model", options->model, "model directory (config.json + safetensors)")->required();
-    cmd->add_option("--prompt-ids", options->prompt_ids, "comma-separated token ids; repeat for several prompts")
-        ->required()
+    cmd->add_option("--prompt-ids", options->prompt_ids,
+                    "comma-separated token ids; repeat for several prompts (an AFD attention rank may have none)")
         ->take_all();
     cmd->add_option("--max-tokens", options->sampling.max_tokens, "tokens to generate per prompt")->default_val(16);
     cmd->add_option("--temperature", options->sampling.temperature, "0 = greedy")->default_val(0.0f);
@@ -220,9 +245,8 @@ void addGenerateCommand(CLI::App& app, int& exit_code) {
     cmd->add_option("--seed", options->sampling.seed, "sampling seed")->default_val(0);
     cmd->add_flag("--ignore-eos", options->sampling.ignore_eos, "do not stop at end-of-sequence tokens");
     cmd->add_option("--max-num-seqs", options->engine.scheduler.max_num_seqs, "sequences per step")->default_val(64);
-    cmd->add_option("--max-num-batched-tokens", options->engine.scheduler.max_num_batched_tokens,
-                    "tokens per step (prefill is chunked to fit)")
-        ->default_val(2048);
+    cmd->add_option("--max-num-batched-tokens", options->max_num_batched_tokens,
+                    "tokens per step, prefill chunked to fit (default 2048, at most afd.max_num_tokens under AFD)");
     cmd->add_option("--max-model-len", options->engine.scheduler.max_model_len,
                     "longest prompt + output (default: min(max_position_embeddings, 8192))");
     cmd->add_option("--block-size", options->engine.block_size, "KV cache block size in tokens")->default_val(16);

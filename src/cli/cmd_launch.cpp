@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -122,6 +123,8 @@ struct Rank {
 class Launch {
 public:
     explicit Launch(const LaunchOptions& options) : options_(options) {}
+    // Whatever path leaves run() (an exception included), no child outlives the launcher.
+    ~Launch() { teardown(0); }
     int run();
 
 private:
@@ -131,8 +134,8 @@ private:
     core::Status waitForAdminPorts();
     core::Status waitForReady();
     json fetchStatus(const Rank& ffn);
-    std::vector<attention::GenerationResult> denseReference(const std::vector<std::vector<int32_t>>& prompts,
-                                                            const attention::SamplingParams& params);
+    core::Result<std::vector<attention::GenerationResult>> denseReference(
+        const std::vector<std::vector<int32_t>>& prompts, const attention::SamplingParams& params);
 
     const LaunchOptions& options_;
     std::atomic<bool> interrupted_{false};
@@ -150,12 +153,15 @@ int Launch::fail(int code, const std::string& message) {
 }
 
 int Launch::teardown(int code) {
+    // SIGTERM to every child still running, one shared 20 s grace period, then SIGKILL for the rest.
     for (auto* group : {&attention_, &ffn_}) {
         for (auto& r : *group) r.process.signal(SIGTERM);
     }
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
     for (auto* group : {&attention_, &ffn_}) {
         for (auto& r : *group) {
-            if (!r.process.wait(20s)) r.process.terminate(1s);
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+            if (!r.process.wait(std::max(left, std::chrono::milliseconds(0)))) r.process.terminate(1s);
         }
     }
     return code;
@@ -182,7 +188,12 @@ core::Status Launch::waitForAdminPorts() {
             if (anyEarlyExit(watch, "starting")) return core::internalError("an FFN rank exited during start-up");
             const std::string text = readFile(r.port_file);
             if (!text.empty()) {
-                r.admin_port = std::stoi(text);
+                int port = 0;
+                auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+                if (ec != std::errc() || port <= 0) {
+                    return core::internalError("{} wrote {:?} to {}: not a port", r.name, text, r.port_file);
+                }
+                r.admin_port = port;
                 break;
             }
             if (std::chrono::steady_clock::now() > deadline_) {
@@ -197,10 +208,19 @@ core::Status Launch::waitForAdminPorts() {
 core::Status Launch::waitForReady() {
     std::vector<Rank*> watch;
     for (auto& r : ffn_) watch.push_back(&r);
-    for (auto& r : attention_) watch.push_back(&r);
     for (auto& r : ffn_) {
         while (true) {
             if (interrupted_) return core::makeStatus(core::StatusCode::kCancelled, "interrupted");
+            for (auto& a : attention_) {
+                // An attention rank may finish a short job before every FFN rank was polled: only a failure counts.
+                const auto code = a.process.poll();
+                if (code && *code != 0) {
+                    a.exit_code = code;
+                    AFD_LOG_ERROR("{} exited with code {} while the FFN ranks were getting ready; last lines of its "
+                                  "log ({}):\n{}", a.name, *code, a.log_path, tail(readFile(a.log_path), 15));
+                    return core::internalError("an attention rank failed during start-up");
+                }
+            }
             auto reply = transport::httpRequest("127.0.0.1", r.admin_port, "GET", "/ready", "", 2s);
             // A rank whose session already ended (a very short job) was ready before.
             if (reply.isOk() && (reply->status == 200 || reply->body.find("session_ended") != std::string::npos)) break;
@@ -221,18 +241,19 @@ json Launch::fetchStatus(const Rank& ffn) {
     return j.is_discarded() ? json::object() : j;
 }
 
-std::vector<attention::GenerationResult> Launch::denseReference(const std::vector<std::vector<int32_t>>& prompts,
+core::Result<std::vector<attention::GenerationResult>> Launch::denseReference(const std::vector<std::vector<int32_t>>& prompts,
                                                                 const attention::SamplingParams& params) {
-    auto opened = openModel(options_.model.empty() ? run_dir_ + "/model" : options_.model);
-    AFD_CHECK_OK(opened.status());
-    auto weights = model::loadWeights(opened->checkpoint, opened->config, model::WeightSelection::everything(opened->config));
-    AFD_CHECK_OK(weights.status());
+    AFD_ASSIGN_OR_RETURN(OpenedModel opened_model, openModel(options_.model.empty() ? run_dir_ + "/model" : options_.model));
+    auto* opened = &opened_model;
+    AFD_ASSIGN_OR_RETURN(model::ModelWeights weights_value,
+                         model::loadWeights(opened->checkpoint, opened->config, model::WeightSelection::everything(opened->config)));
+    auto* weights = &weights_value;
     attention::LocalMlpBackend backend(opened->config, *weights);
     attention::EngineOptions engine_options;
     engine_options.scheduler.max_model_len = std::min<int64_t>(opened->config.max_position_embeddings, 8192);
     attention::Engine engine(opened->config, *weights, backend, engine_options);
-    auto results = attention::generateOffline(engine, prompts, params, false);
-    AFD_CHECK_OK(results.status());
+    auto results = attention::generateOffline(engine, prompts, params, false, [this] { return interrupted_.load(); });
+    if (!results.isOk()) return results.status();
     return std::move(results).value();
 }
 
@@ -255,11 +276,12 @@ int Launch::run() {
         std::vector<int32_t> ids;
         for (size_t pos = 0; pos <= text.size();) {
             const size_t comma = std::min(text.find(',', pos), text.size());
-            try {
-                ids.push_back(std::stoi(text.substr(pos, comma - pos)));
-            } catch (const std::exception&) {
+            int32_t id = 0;
+            auto [ptr, ec] = std::from_chars(text.data() + pos, text.data() + comma, id);
+            if (ec != std::errc() || ptr != text.data() + comma || comma == pos || id < 0) {
                 return fail(core::kExitBadConfig, fmt::format("--prompt-ids {:?} is not a list of token ids", text));
             }
+            ids.push_back(id);
             pos = comma + 1;
         }
         prompts.push_back(std::move(ids));
@@ -399,10 +421,18 @@ int Launch::run() {
             items.push_back(out);
         }
         for (size_t i = 0; i < items.size(); ++i) {
-            auto& r = results[static_cast<size_t>(a) + i * static_cast<size_t>(A)];
-            r.prompt_ids = items[i]["prompt_ids"].get<std::vector<int32_t>>();
-            r.new_ids = items[i]["new_ids"].get<std::vector<int32_t>>();
-            r.prompt_last_logits = items[i]["prompt_last_logits"].get<std::vector<float>>();
+            const size_t index = static_cast<size_t>(a) + i * static_cast<size_t>(A);
+            if (index >= results.size()) {
+                return fail(core::kExitFailure, fmt::format("attention rank {} returned more results than it had prompts", a));
+            }
+            auto& r = results[index];
+            try {
+                r.prompt_ids = items[i].at("prompt_ids").get<std::vector<int32_t>>();
+                r.new_ids = items[i].at("new_ids").get<std::vector<int32_t>>();
+                r.prompt_last_logits = items[i].at("prompt_last_logits").get<std::vector<float>>();
+            } catch (const json::exception& e) {
+                return fail(core::kExitFailure, fmt::format("attention rank {} printed malformed JSON: {}", a, e.what()));
+            }
         }
         layer_timings.push_back(out.value("layer_timings", json::array()));
     }
@@ -414,7 +444,9 @@ int Launch::run() {
         params.top_k = options_.top_k;
         params.top_p = options_.top_p;
         params.seed = options_.seed;
-        const auto dense = denseReference(prompts, params);
+        const auto dense_result = denseReference(prompts, params);
+        if (!dense_result.isOk()) return fail(core::kExitFailure, "dense reference: " + dense_result.status().message());
+        const auto& dense = *dense_result;
         matches = true;
         for (size_t i = 0; i < prompts.size(); ++i) matches = *matches && dense[i].new_ids == results[i].new_ids;
     }
@@ -502,7 +534,12 @@ void addLaunchCommand(CLI::App& app, int& exit_code) {
     cmd->add_flag("--verbose", o->verbose, "children log to this terminal at info level");
     cmd->callback([o, &exit_code] {
         Launch launch(*o);
-        exit_code = launch.run();
+        try {
+            exit_code = launch.run();
+        } catch (const std::exception& e) {
+            AFD_LOG_ERROR("internal error: {}; stopping every rank", e.what());
+            exit_code = core::kExitInternal;
+        }
     });
 }
 

@@ -21,6 +21,7 @@ Result<ChildProcess> ChildProcess::spawn(const Spec& spec) {
         const std::string entry(*e);
         bool replaced = false;
         for (const auto& [key, value] : spec.env) replaced |= entry.rfind(key + "=", 0) == 0;
+        for (const auto& key : spec.unset_env) replaced |= entry.rfind(key + "=", 0) == 0;
         if (!replaced) env_strings.push_back(entry);
     }
     for (const auto& [key, value] : spec.env) env_strings.push_back(key + "=" + value);
@@ -43,7 +44,12 @@ Result<ChildProcess> ChildProcess::spawn(const Spec& spec) {
     }
     const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
-    if (pid < 0) return ioError("fork failed: {}", std::strerror(errno));
+    if (pid < 0) {
+        const int error = errno;
+        if (out_fd >= 0) ::close(out_fd);
+        if (err_fd >= 0) ::close(err_fd);
+        return ioError("fork failed: {}", std::strerror(error));
+    }
     if (pid == 0) {
         ::prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (::getppid() != parent) ::_exit(127);  // the parent died between fork and prctl
@@ -63,12 +69,17 @@ Result<ChildProcess> ChildProcess::spawn(const Spec& spec) {
     return child;
 }
 
-ChildProcess::~ChildProcess() {
+ChildProcess::~ChildProcess() { reset(); }
+
+void ChildProcess::reset() noexcept {
     if (pid_ > 0 && !exit_code_) {
         ::kill(pid_, SIGKILL);
         int status = 0;
-        ::waitpid(pid_, &status, 0);
+        while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+        }
     }
+    pid_ = -1;
+    exit_code_.reset();
 }
 
 ChildProcess::ChildProcess(ChildProcess&& other) noexcept
@@ -76,7 +87,7 @@ ChildProcess::ChildProcess(ChildProcess&& other) noexcept
 
 ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
     if (this != &other) {
-        this->~ChildProcess();
+        reset();
         pid_ = std::exchange(other.pid_, -1);
         exit_code_ = other.exit_code_;
     }
@@ -87,7 +98,12 @@ std::optional<int> ChildProcess::poll() {
     if (exit_code_ || pid_ <= 0) return exit_code_;
     int status = 0;
     const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (r == pid_) {
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    } else if (r < 0 && errno == ECHILD) {
+        // Reaped elsewhere: the pid may be reused, so it must never be signalled again.
+        exit_code_ = 128 + SIGKILL;
+    }
     return exit_code_;
 }
 

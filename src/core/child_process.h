@@ -20,6 +20,7 @@ public:
     struct Spec {
         std::vector<std::string> argv;  // argv[0] is a path
         std::vector<std::pair<std::string, std::string>> env;  // added to (or replacing in) this environment
+        std::vector<std::string> unset_env;                     // removed from it
         std::string stdout_path;  // empty: inherit
         std::string stderr_path;  // empty: inherit
     };
@@ -43,6 +44,9 @@ public:
     int terminate(std::chrono::milliseconds grace);
 
 private:
+    // Kills and reaps a child that is still running.
+    void reset() noexcept;
+
     pid_t pid_ = -1;
     std::optional<int> exit_code_;
 };

@@ -115,6 +115,7 @@ public:
     T* operator->() { return &value(); }
     const T* operator->() const { return &value(); }
     T& operator*() & { return value(); }
+    const T& operator*() const& { return value(); }
 
 private:
     std::variant<T, Status> data_;

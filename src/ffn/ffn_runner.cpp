@@ -72,8 +72,19 @@ core::Status FfnRunner::serveStage(const transport::StepInfo& info, int64_t laye
     AFD_ASSIGN_OR_RETURN(std::span<const transport::ReceivedFrame> frames, connector_.receive(key, a2f_spec_));
     double wait_seconds = secondsSince(wait_start);
 
-    // Gather every active peer's rows into one batch, remembering where each peer's rows start.
+    // Every frame against the peer's step header: p2p carries the whole stage, m2n at most the stage's tokens.
     const auto peers = connector_.peers();
+    for (size_t p = 0; p < frames.size(); ++p) {
+        if (!frames[p].active) continue;
+        const uint32_t announced = info.peers[p].stage_tokens[stage];
+        const bool ok = m2n ? frames[p].rows <= announced : frames[p].rows == announced;
+        if (!ok) {
+            return core::mismatch("{}: layer {} stage {} frame has {} rows, its step header announced {} tokens ({})",
+                                  peers[p].describe(), layer, stage, frames[p].rows, announced,
+                                  m2n ? "at most that many" : "exactly that many");
+        }
+    }
+    // Gather every active peer's rows into one batch, remembering where each peer's rows start.
     std::vector<int64_t> starts(frames.size() + 1, 0);
     for (size_t p = 0; p < frames.size(); ++p) starts[p + 1] = starts[p] + (frames[p].active ? frames[p].rows : 0);
     const int64_t total = starts.back();

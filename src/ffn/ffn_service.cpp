@@ -229,8 +229,10 @@ nlohmann::json Service::statusJson() const {
     j["expert_range"] = {experts_.begin, experts_.end};
     j["weight_bytes"] = weight_bytes_;
     j["afd"] = nlohmann::json::parse(afd_.toJson());
+    // NOTE: runner_ is assigned before state_ becomes kServing (a sequentially consistent store), so it is read
+    // only after the state says it exists.
     const State s = state_.load();
-    if (runner_ && (s == State::kServing || s == State::kSessionEnded || s == State::kStopping)) {
+    if ((s == State::kServing || s == State::kSessionEnded || s == State::kStopping) && runner_) {
         const FfnRunnerStats stats = runner_->stats();
         j["steps"] = stats.steps;
         j["tokens"] = stats.tokens;
@@ -380,14 +382,16 @@ int Service::shutdown() {
 }
 
 int Service::run() {
+    // The canceller exists before the signal thread that may use it; the signal thread is joined (signals_.reset()
+    // below) before any member it touches is destroyed.
+    auto canceller = transport::Canceller::create();
+    if (!canceller.isOk()) return fail("internal_error", core::kExitInternal, canceller.status());
+    setup_cancel_ = std::move(canceller).value();
     auto signals = core::SignalWatcher::create([this](int signal) {
         requestStop(signal == SIGTERM ? "SIGTERM" : "SIGINT");
     });
     if (!signals.isOk()) return fail("internal_error", core::kExitInternal, signals.status());
     signals_ = std::move(signals).value();
-    auto canceller = transport::Canceller::create();
-    if (!canceller.isOk()) return fail("internal_error", core::kExitInternal, canceller.status());
-    setup_cancel_ = std::move(canceller).value();
 
     int code = core::kExitOk;
     auto stopped = [&] {
@@ -441,6 +445,7 @@ int Service::run() {
         if (Status s = writeStatusFile(options_.status_file, report_); !s.isOk()) AFD_LOG_ERROR("{}", s.message());
     }
     AFD_LOG_INFO("exit {} ({}){}", code, report_.exit_reason, report_.error.empty() ? "" : ": " + report_.error);
+    signals_.reset();
     return code;
 }
 

@@ -261,7 +261,7 @@ TEST(AfdFailures, BadConfigurationsExitTwoNamingTheKey) {
         spec.argv = c.argv;
         spec.env = c.env;
         if (std::none_of(c.env.begin(), c.env.end(), [](const auto& kv) { return kv.first == "RANK"; })) {
-            spec.env.emplace_back("RANK", "");
+            spec.unset_env.push_back("RANK");
         }
         TempDir dir;
         spec.stderr_path = dir.file("err");
