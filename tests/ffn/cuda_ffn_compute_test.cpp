@@ -10,7 +10,9 @@
 #include "ffn/cpu_ffn_compute.h"
 #include "model/checkpoint.h"
 #include "model/model_config.h"
+#include "model/synthetic.h"
 #include "model/weights.h"
+#include "common/subprocess_util.h"
 #if defined(AFD_HAVE_CUDA_FFN)
 #include "kernels/cuda/device_info.h"
 #endif
@@ -84,6 +86,33 @@ TEST_F(CudaFfnComputeTest, P2pWholeBlockMatchesCpu) {
             ASSERT_TRUE(cpu->mlpBlock(layer, T, x.data(), out_cpu.data()).isOk());
             ASSERT_TRUE(gpu->mlpBlock(layer, T, x.data(), out_gpu.data()).isOk());
             EXPECT_LT(relL2(out_gpu, out_cpu), 1e-2) << "layer " << layer << " T=" << T;
+        }
+    }
+}
+
+// p2p on a shape the GPU router takes (32 experts, top-4, a dense layer too): the router runs on the GPU and is
+// captured in the layer's graph, with the padding rows routed by it.
+TEST_F(CudaFfnComputeTest, P2pWithTheGpuRouterMatchesCpu) {
+    auto config = model::ModelConfig::preset("tiny").value();
+    config.num_experts = 32;
+    config.num_experts_per_tok = 4;
+    config.mlp_only_layers = {1};
+    testing::TempDir dir;
+    ASSERT_TRUE(model::writeSyntheticCheckpoint(dir.path(), config, {}).isOk());
+    auto checkpoint = model::Checkpoint::open(dir.path()).value();
+    const auto sel = model::WeightSelection::ffnRole(false, config, 0, config.num_experts);
+    CpuFfnCompute cpu(config, model::loadWeights(checkpoint, config, sel).value());
+    auto gpu = createFfnCompute("cuda", 0, config, model::loadWeights(checkpoint, config, sel).value(), 512);
+    ASSERT_TRUE(gpu.isOk()) << gpu.status().toString();
+    const int64_t H = config.hidden_size;
+    for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+        for (int64_t T : {1, 7, 100, 100}) {
+            std::normal_distribution<float> normal;
+            std::vector<float> x(T * H), out_cpu(T * H, NAN), out_gpu(T * H, NAN);
+            for (auto& v : x) v = normal(rng_);
+            ASSERT_TRUE(cpu.mlpBlock(layer, T, x.data(), out_cpu.data()).isOk());
+            ASSERT_TRUE((*gpu)->mlpBlock(layer, T, x.data(), out_gpu.data()).isOk());
+            EXPECT_LT(relL2(out_gpu, out_cpu), 2e-2) << "layer " << layer << " T=" << T;
         }
     }
 }
