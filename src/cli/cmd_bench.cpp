@@ -68,7 +68,7 @@ int runBenchMoe(BenchMoeFlags& flags) {
         if (!kernels::parseMoeTileConfig(name.c_str(), &tile)) {
             AFD_LOG_ERROR(
                 "bench moe: --tiles: unknown tile config '{}' (auto, small16, small32, small64, small128, wide128, "
-                "wide256, wide256g, tall128)",
+                "wide256, wide256g, tall128, wide128pair, wide256pair)",
                 name);
             return core::kExitBadConfig;
         }
@@ -126,6 +126,8 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
     moe->add_flag("--no-stages", flags->no_stages, "do not time the four stages apart");
     moe->add_flag("--no-fuse-routing", flags->no_fuse_routing,
                   "always run the permute kernel (no routing inside the GEMM kernels for small batches)");
+    moe->add_option("--fuse-combine-entries", flags->options.fused_combine_entries,
+                    "the down kernel does the combine up to this many routing entries (0: never)");
     moe->callback([flags, &exit_code] { exit_code = runBenchMoe(*flags); });
 #else
     moe->callback([&exit_code] {

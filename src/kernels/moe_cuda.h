@@ -26,13 +26,19 @@
 namespace afd::kernels {
 
 // Tile shape of the grouped GEMMs. kSmallN: one consumer warpgroup, items of 64 weight rows x up to N tokens,
-// two CTAs per SM, token tiles gathered by cp.async (memory-bound regime). kWideN: two consumer warpgroups,
-// items of 128 weight rows x up to N tokens, one CTA per SM, token tiles by TMA from rows in slot order
-// (compute-bound regime); kWide256Gather: the wide tile with cp.async gathers. kTall128: two consumers with two
-// 64-row blocks each, items of 256 weight rows x up to 128 tokens (token tiles by TMA), so each token tile is
-// re-read half as often as with kWide128. kAuto picks from T * top_k / num_experts.
+// two CTAs per SM, token tiles gathered by cp.async (memory-bound regime). kTiny16: kSmall16 with a 6-stage
+// pipeline, three CTAs per SM, so that the down kernel's CTAs fit beside the gate-up kernel's and stream their
+// weights during it (one or two tokens). kWideN: two consumer warpgroups, items of 128 weight rows x up to N tokens,
+// one CTA per SM, token tiles by TMA from rows in slot order (compute-bound regime); kWide256Gather: the wide tile with
+// cp.async gathers. kTall128: two consumers with two 64-row blocks each, items of 256 weight rows x up to 128 tokens
+// (token tiles by TMA), so each token tile is re-read half as often as with kWide128. kWide128Pair / kWide256Pair: the
+// wide tiles in clusters of two CTAs on adjacent weight tiles of one expert that load each token tile once for both
+// (TMA multicast), which halves the token bytes read through L2; they need inter % (64 * 2) == 0 and hidden % (128 * 2)
+// == 0. kAuto picks from T * top_k / num_experts (never a pair shape: they measured the same as the single-CTA wide
+// shapes).
 enum class MoeTileConfig {
     kAuto,
+    kTiny16,
     kSmall16,
     kSmall32,
     kSmall64,
@@ -40,10 +46,13 @@ enum class MoeTileConfig {
     kWide128,
     kWide256,
     kWide256Gather,
-    kTall128
+    kTall128,
+    kWide128Pair,
+    kWide256Pair
 };
 
-// Parses "auto", "small16" … "wide256", "wide256g", "tall128"; returns false for anything else.
+// Parses "auto", "tiny16", "small16" … "wide256", "wide256g", "tall128", "wide128pair", "wide256pair"; returns false
+// for anything else.
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config);
 const char* moeTileConfigName(MoeTileConfig config);
 
@@ -55,6 +64,11 @@ struct MoeCudaOptions {
     // With at most 256 routing entries (and a cp.async tile shape) the GEMM kernels compute the routing
     // themselves and moePermuteCuda launches nothing; the gate-up kernel still writes the permute outputs.
     bool fuse_small_routing = true;
+    // With at most this many routing entries (capped at 256; 0: never) the down kernel also does the combine stage
+    // (the arrival that completes each block of hidden rows sums it) and moeCombineCuda launches nothing. Each
+    // arrival stalls its consumer for a fence and an atomic, so this pays only while a down CTA has about one item
+    // (docs/cuda-moe-notes.md, v8).
+    int fused_combine_entries = 8;
 };
 
 // The tile configuration moeForwardCuda uses for these params and options (never kAuto).
@@ -82,7 +96,8 @@ void moeForwardCuda(const MoeParams& params, void* workspace, size_t workspace_b
                     const MoeCudaOptions& options = {});
 
 // The four stages of moeForwardCuda, each on `stream`, for the harness and stage timing; run in order with the
-// same params, workspace and options. With fused small routing the permute outputs exist after moeGateUpCuda.
+// same params, workspace and options. With fused small routing the permute outputs exist after moeGateUpCuda;
+// with fused small combine the output exists after moeDownCuda.
 void moePermuteCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,
                     const MoeCudaOptions& options = {});
 void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,

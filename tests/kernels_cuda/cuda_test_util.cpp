@@ -126,6 +126,9 @@ RoutingTable makeRouting(int64_t tokens, int64_t experts, int64_t top_k, Routing
             r.weights[i] = weight(rng);
         }
     }
+    if (kind == Routing::kNoneServed) {
+        std::fill(r.ids.begin(), r.ids.end(), -1);
+    }
     if (kind == Routing::kWithUnserved) {
         std::bernoulli_distribution drop(0.25);
         for (auto& id : r.ids) {

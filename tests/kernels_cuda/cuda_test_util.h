@@ -15,7 +15,7 @@ namespace afd::kernels::test {
 
 // Owns one cudaMalloc allocation; copies to and from host vectors. Throws core::Error on a CUDA failure.
 class DeviceBuffer {
- public:
+public:
     DeviceBuffer() = default;
     explicit DeviceBuffer(size_t bytes);
     ~DeviceBuffer();
@@ -49,7 +49,7 @@ class DeviceBuffer {
     }
     size_t bytes() const { return bytes_; }
 
- private:
+private:
     void* ptr_ = nullptr;
     size_t bytes_ = 0;
 };
@@ -62,10 +62,11 @@ std::vector<float> toFloat(const std::vector<core::Bf16>& v);
 
 // Routing kinds of the harness.
 enum class Routing {
-    kUniform,      // K distinct experts per token, uniformly
-    kSkewed,       // K distinct experts per token, Zipf-like (expert r drawn with weight 1 / (r + 1))
-    kOneExpert,    // every token's entry 0 on one expert, the other entries -1
-    kWithUnserved  // uniform, then about a quarter of the entries set to -1
+    kUniform,       // K distinct experts per token, uniformly
+    kSkewed,        // K distinct experts per token, Zipf-like (expert r drawn with weight 1 / (r + 1))
+    kOneExpert,     // every token's entry 0 on one expert, the other entries -1
+    kWithUnserved,  // uniform, then about a quarter of the entries set to -1
+    kNoneServed     // every entry -1 (all experts live elsewhere)
 };
 
 struct RoutingTable {

@@ -1,8 +1,10 @@
 // Op-by-op harness of the CUDA MoE layer against fp32 CPU references: every stage (permute, gate-up + SwiGLU,
 // down, combine) and the whole layer, on fresh random inputs of many shapes (T = 0 and 1, experts with no tokens,
-// all tokens on one expert, unserved entries, skewed routing, the Qwen3-30B-A3B layer), for every tile
-// configuration, with outputs and workspace poisoned (NaN) before each run. BF16 paths must reach a relative
-// L2 error under 1e-2. Also: replay of a captured CUDA graph after the routing changed, and the error paths.
+// all tokens on one expert, unserved entries, no entry served, skewed routing with several token tiles per expert on
+// shapes the CTA-pair tiles take, the Qwen3-30B-A3B layer), for every tile configuration, with the small-batch
+// routing and combine fused into the GEMM kernels or not, with outputs and workspace poisoned (NaN) before each run.
+// BF16 paths must reach a relative L2 error under 1e-2. Also: replay of a captured CUDA graph after the routing
+// changed, and the error paths.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -101,20 +103,23 @@ std::vector<Case> cases() {
         {"tiny_model_T1", 1, 64, 32, 8, 2, Routing::kUniform},
         {"T0", 0, 128, 64, 4, 2, Routing::kUniform},
         {"unserved_entries", 29, 128, 64, 4, 2, Routing::kWithUnserved},
+        {"none_served", 5, 128, 64, 4, 2, Routing::kNoneServed},
         {"inter_not_multiple_of_64", 37, 256, 96, 16, 4, Routing::kUniform},
         {"all_on_one_expert", 300, 128, 128, 8, 1, Routing::kOneExpert},
         {"most_experts_empty", 3, 128, 64, 32, 2, Routing::kUniform},
         {"skewed", 200, 128, 64, 16, 4, Routing::kSkewed},
         {"dense_routing", 513, 192, 64, 8, 8, Routing::kUniform},
         {"skewed_chunked_permute", 1500, 128, 64, 64, 4, Routing::kSkewed},
+        {"pairs_skewed_many_tiles", 700, 256, 128, 8, 4, Routing::kSkewed},
+        {"pairs_small_batch", 24, 256, 256, 16, 8, Routing::kUniform},
         {"qwen3_30b_a3b_T16", 16, 2048, 768, 128, 8, Routing::kUniform},
     };
 }
 
 constexpr MoeTileConfig kAllConfigs[] = {
-    MoeTileConfig::kAuto,    MoeTileConfig::kSmall16,       MoeTileConfig::kSmall32,
-    MoeTileConfig::kSmall64, MoeTileConfig::kSmall128,      MoeTileConfig::kWide128,
-    MoeTileConfig::kWide256, MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128};
+    MoeTileConfig::kAuto,          MoeTileConfig::kTiny16,   MoeTileConfig::kSmall16,     MoeTileConfig::kSmall32,
+    MoeTileConfig::kSmall64,       MoeTileConfig::kSmall128, MoeTileConfig::kWide128,     MoeTileConfig::kWide256,
+    MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128,  MoeTileConfig::kWide128Pair, MoeTileConfig::kWide256Pair};
 
 // The configurations whose tiles divide the case's shape (the others are refused by resolveMoeTileConfig).
 std::vector<MoeTileConfig> configsFor(const Case& c) {
@@ -137,14 +142,22 @@ std::vector<MoeTileConfig> configsFor(const Case& c) {
     return configs;
 }
 
-// Each configuration, with the routing fused into the GEMM kernels and with the permute kernel when the case is
-// small enough for the fused path.
-std::vector<std::pair<MoeTileConfig, bool>> configsAndRoutingModes(const Case& c) {
-    std::vector<std::pair<MoeTileConfig, bool>> modes;
+struct Mode {
+    MoeTileConfig config;
+    bool fuse_routing;
+    int fused_combine_entries;
+};
+
+// Each configuration with the default options; when the case is small enough for the fused paths, also with the
+// permute and combine kernels, and with the permute kernel but the combine in the down kernel (allowed up to its
+// cap, so that down CTAs with many items arrive on each block several times).
+std::vector<Mode> configsAndFusionModes(const Case& c) {
+    std::vector<Mode> modes;
     for (const MoeTileConfig t : configsFor(c)) {
-        modes.emplace_back(t, true);
+        modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries});
         if (c.tokens * c.top_k <= 256) {
-            modes.emplace_back(t, false);
+            modes.push_back({t, false, 0});
+            modes.push_back({t, false, 256});
         }
     }
     return modes;
@@ -152,6 +165,7 @@ std::vector<std::pair<MoeTileConfig, bool>> configsAndRoutingModes(const Case& c
 
 int blockTokens(MoeTileConfig config) {
     switch (config) {
+        case MoeTileConfig::kTiny16:
         case MoeTileConfig::kSmall16:
             return 16;
         case MoeTileConfig::kSmall32:
@@ -161,9 +175,11 @@ int blockTokens(MoeTileConfig config) {
         case MoeTileConfig::kSmall128:
         case MoeTileConfig::kWide128:
         case MoeTileConfig::kTall128:
+        case MoeTileConfig::kWide128Pair:
             return 128;
         case MoeTileConfig::kWide256:
         case MoeTileConfig::kWide256Gather:
+        case MoeTileConfig::kWide256Pair:
             return 256;
         case MoeTileConfig::kAuto:
             break;
@@ -260,11 +276,14 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
         const auto ref_out = test::referenceMoe(p.x, p.w13, p.w2, p.routing, c.tokens, c.hidden, c.inter, c.top_k);
         const auto cpu_layer = engineCpuLayer(p);
         const MoeParams params = p.params();
-        for (const auto& [config, fuse] : configsAndRoutingModes(c)) {
-            SCOPED_TRACE(testing::Message() << moeTileConfigName(config) << (fuse ? " fused routing" : ""));
+        for (const Mode& mode : configsAndFusionModes(c)) {
+            SCOPED_TRACE(testing::Message()
+                         << moeTileConfigName(mode.config) << (mode.fuse_routing ? " fused routing" : "")
+                         << " fused combine up to " << mode.fused_combine_entries << " entries");
             MoeCudaOptions options;
-            options.tile = config;
-            options.fuse_small_routing = fuse;
+            options.tile = mode.config;
+            options.fuse_small_routing = mode.fuse_routing;
+            options.fused_combine_entries = mode.fused_combine_entries;
             const MoeTileConfig resolved = resolveMoeTileConfig(params, options);
             const MoeWorkspaceView view = moeWorkspaceView(params, p.d_ws.get(), p.d_ws.bytes());
 
@@ -447,6 +466,12 @@ TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
     p.top_k = 8;
     MoeCudaOptions options;
     p.num_tokens = 1;
+    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kTiny16);
+    p.num_tokens = 2;
+    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kTiny16);
+    p.num_tokens = 3;
+    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall16);
+    p.num_tokens = 64;
     EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall16);
     p.num_tokens = 256;
     EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall64);
@@ -456,6 +481,17 @@ TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
     EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kWide256);
     p.num_tokens = 16384;
     EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kWide256);
+}
+
+TEST(MoeCudaTest, RejectsPairConfigWhenTheShapeDoesNotSplitInPairs) {
+    MoeParams p = validParams();
+    p.hidden = 128 * 3;
+    p.inter = 128;
+    MoeCudaOptions options;
+    options.tile = MoeTileConfig::kWide128Pair;
+    EXPECT_THROW(resolveMoeTileConfig(p, options), core::Error);
+    options.tile = MoeTileConfig::kWide128;
+    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kWide128);
 }
 
 TEST(MoeCudaTest, TileConfigNamesRoundTrip) {

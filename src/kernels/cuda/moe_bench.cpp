@@ -305,6 +305,7 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 MoeCudaOptions options;
                 options.tile = tile;
                 options.fuse_small_routing = o.fuse_small_routing;
+                options.fused_combine_entries = o.fused_combine_entries;
                 MoeBenchRow row;
                 row.tokens = tokens;
                 row.routing = kind;

@@ -27,7 +27,8 @@ struct MoeBenchOptions {
     int warmup = 10;                 // untimed replays per point
     bool stages = true;              // also time the four stages apart (graphs of one stage each)
     bool fuse_small_routing = true;  // MoeCudaOptions::fuse_small_routing
-    std::string dump_routing_dir;    // if set, writes routing_<name>_T<T>.bin for the peer scripts
+    int fused_combine_entries = MoeCudaOptions{}.fused_combine_entries;  // MoeCudaOptions::fused_combine_entries
+    std::string dump_routing_dir;  // if set, writes routing_<name>_T<T>.bin for the peer scripts
     uint64_t seed = 1;
 };
 

@@ -28,6 +28,7 @@ struct WorkspaceLayout {
     size_t slot_offset = 0;
     size_t tile_offset = 0;
     size_t chunk_counts = 0;
+    size_t combine_counters = 0;
     size_t entry_slot = 0;
     size_t slot_token = 0;
     size_t x_sorted = 0;
@@ -48,6 +49,8 @@ WorkspaceLayout workspaceLayout(int64_t tokens, int64_t top_k, int64_t experts, 
     at = alignUp(at + static_cast<size_t>(experts + 1) * 4);
     l.chunk_counts = at;
     at = alignUp(at + static_cast<size_t>(cuda::permuteChunks(static_cast<int>(entries))) * experts * 4);
+    l.combine_counters = at;
+    at = alignUp(at + static_cast<size_t>(hidden / 64) * 4);
     l.entry_slot = at;
     at = alignUp(at + entries * 4);
     l.slot_token = at;
@@ -81,8 +84,13 @@ void checkMoeParams(const MoeParams& p) {
     }
 }
 
+// Up to this many routing entries kAuto takes kTiny16 (each CTA streams about one weight tile per kernel, so
+// the down kernel's weights can stream beside the gate-up kernel's).
+constexpr int64_t kTinyEntries = 16;
+
 bool shapeFits(const MoeParams& p, const TileShape& s) {
-    return p.inter % cuda::gateUpColumnsPerItem(s) == 0 && p.hidden % cuda::downRowsPerItem(s) == 0;
+    return p.inter % (cuda::gateUpColumnsPerItem(s) * s.cluster) == 0 &&
+           p.hidden % (cuda::downRowsPerItem(s) * s.cluster) == 0;
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
@@ -136,8 +144,10 @@ bool interleavedGateUpMap(const core::Bf16* w13, int64_t experts, int64_t inter,
     return result == CUDA_SUCCESS;
 }
 
-// Rows of one token TMA box (moe_grouped_gemm.cuh issues as many boxes as an item needs).
+// Rows of one token TMA box (moe_grouped_gemm.cuh issues as many boxes as an item needs), and of the box each CTA
+// of a cluster loads for an item that fills the tile.
 uint32_t tokenBoxRows(const TileShape& s) { return static_cast<uint32_t>(std::min(64, s.block_tokens)); }
+uint32_t fullTokenBoxRows(const TileShape& s) { return static_cast<uint32_t>(s.block_tokens / s.cluster); }
 
 int smCount() {
     int device = 0;
@@ -152,6 +162,8 @@ cudaError_t dispatchGroupedGemm(MoeTileConfig config, bool gate_up, const CUtens
                                 bool programmatic) {
     const int sms = smCount();
     switch (config) {
+        case MoeTileConfig::kTiny16:
+            return cuda::launchGroupedGemmTiny16(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
         case MoeTileConfig::kSmall16:
             return cuda::launchGroupedGemmSmall16(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
         case MoeTileConfig::kSmall32:
@@ -169,6 +181,12 @@ cudaError_t dispatchGroupedGemm(MoeTileConfig config, bool gate_up, const CUtens
                                                         programmatic);
         case MoeTileConfig::kTall128:
             return cuda::launchGroupedGemmTall128(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
+        case MoeTileConfig::kWide128Pair:
+            return cuda::launchGroupedGemmWide128Pair(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream,
+                                                      programmatic);
+        case MoeTileConfig::kWide256Pair:
+            return cuda::launchGroupedGemmWide256Pair(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream,
+                                                      programmatic);
         case MoeTileConfig::kAuto:
             break;
     }
@@ -182,6 +200,8 @@ struct Resolved {
     TileShape shape;
     MoeWorkspaceView view;
     bool fused_routing;  // the GEMM kernels compute the routing (moe_fused_routing.cuh)
+    bool fused_combine;  // the down kernel does the combine (moe_fused_combine.cuh)
+    int32_t* combine_counters;
 };
 
 Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_bytes, const MoeCudaOptions& options) {
@@ -192,6 +212,11 @@ Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_byte
     r.view = moeWorkspaceView(params, workspace, workspace_bytes);
     r.fused_routing = options.fuse_small_routing && !r.shape.tma_tokens &&
                       params.num_tokens * params.top_k <= cuda::kFusedRoutingEntries;
+    r.fused_combine = params.num_tokens * params.top_k <=
+                      std::min<int64_t>(options.fused_combine_entries, cuda::kFusedCombineEntries);
+    const WorkspaceLayout l =
+        workspaceLayout(params.num_tokens, params.top_k, params.num_experts, params.hidden, params.inter);
+    r.combine_counters = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + l.combine_counters);
     return r;
 }
 
@@ -204,10 +229,16 @@ GroupedGemmArgs commonArgs(const MoeParams& params, const Resolved& r) {
     args.inter = static_cast<int>(params.inter);
     args.weights_read_once =
         params.num_tokens * params.top_k <= params.num_experts * static_cast<int64_t>(r.shape.block_tokens) ? 1 : 0;
+    args.top_k = static_cast<int>(params.top_k);
     if (r.fused_routing) {
         args.fused_entries = static_cast<int>(params.num_tokens * params.top_k);
-        args.top_k = static_cast<int>(params.top_k);
         args.topk_ids = params.topk_ids;
+    }
+    if (r.fused_combine) {
+        // The gate-up kernel zeroes the counters, the down kernel combines into out.
+        args.combine.counters = r.combine_counters;
+        args.combine.num_counters = static_cast<int>(params.hidden / 64);
+        args.combine.num_tokens = static_cast<int>(params.num_tokens);
     }
     return args;
 }
@@ -218,6 +249,8 @@ namespace cuda {
 
 TileShape tileShape(MoeTileConfig config) {
     switch (config) {
+        case MoeTileConfig::kTiny16:
+            return kTiny16Shape;
         case MoeTileConfig::kSmall16:
             return kSmall16Shape;
         case MoeTileConfig::kSmall32:
@@ -234,6 +267,10 @@ TileShape tileShape(MoeTileConfig config) {
             return kWide256GatherShape;
         case MoeTileConfig::kTall128:
             return kTall128Shape;
+        case MoeTileConfig::kWide128Pair:
+            return kWide128PairShape;
+        case MoeTileConfig::kWide256Pair:
+            return kWide256PairShape;
         case MoeTileConfig::kAuto:
             break;
     }
@@ -244,9 +281,10 @@ TileShape tileShape(MoeTileConfig config) {
 
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config) {
     static constexpr MoeTileConfig kAll[] = {
-        MoeTileConfig::kAuto,    MoeTileConfig::kSmall16,       MoeTileConfig::kSmall32,
-        MoeTileConfig::kSmall64, MoeTileConfig::kSmall128,      MoeTileConfig::kWide128,
-        MoeTileConfig::kWide256, MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128};
+        MoeTileConfig::kAuto,    MoeTileConfig::kTiny16,      MoeTileConfig::kSmall16,
+        MoeTileConfig::kSmall32, MoeTileConfig::kSmall64,     MoeTileConfig::kSmall128,
+        MoeTileConfig::kWide128, MoeTileConfig::kWide256,     MoeTileConfig::kWide256Gather,
+        MoeTileConfig::kTall128, MoeTileConfig::kWide128Pair, MoeTileConfig::kWide256Pair};
     for (const MoeTileConfig c : kAll) {
         if (std::strcmp(text, moeTileConfigName(c)) == 0) {
             *config = c;
@@ -260,6 +298,8 @@ const char* moeTileConfigName(MoeTileConfig config) {
     switch (config) {
         case MoeTileConfig::kAuto:
             return "auto";
+        case MoeTileConfig::kTiny16:
+            return "tiny16";
         case MoeTileConfig::kSmall16:
             return "small16";
         case MoeTileConfig::kSmall32:
@@ -276,6 +316,10 @@ const char* moeTileConfigName(MoeTileConfig config) {
             return "wide256g";
         case MoeTileConfig::kTall128:
             return "tall128";
+        case MoeTileConfig::kWide128Pair:
+            return "wide128pair";
+        case MoeTileConfig::kWide256Pair:
+            return "wide256pair";
     }
     return "?";
 }
@@ -288,10 +332,13 @@ MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions
                   cuda::downRowsPerItem(cuda::tileShape(options.tile)), params.inter, params.hidden);
         return options.tile;
     }
-    // Mean routing entries per expert decides between the memory-bound shapes (one consumer, two CTAs per SM,
-    // the token tile just above the typical count so each expert's weights stream once) and the wide shape.
+    // Mean routing entries per expert decides between the memory-bound shapes (one consumer, two or three CTAs per
+    // SM, the token tile just above the typical count so each expert's weights stream once) and the wide shapes.
+    // NOTE: the CTA-pair shapes measured the same as the single-CTA ones (docs/cuda-moe-notes.md, v8), so the
+    // simpler launch is kept.
     const int64_t mean = params.num_experts > 0 ? params.num_tokens * params.top_k / params.num_experts : 0;
-    MoeTileConfig config = MoeTileConfig::kSmall16;
+    MoeTileConfig config =
+        params.num_tokens * params.top_k <= kTinyEntries ? MoeTileConfig::kTiny16 : MoeTileConfig::kSmall16;
     if (mean > 128) {
         config = MoeTileConfig::kWide256;
     } else if (mean > 32) {
@@ -380,12 +427,12 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
     std::memset(&tmap_b_full, 0, sizeof(tmap_b_full));
     if (r.shape.tma_tokens) {
         AFD_CUDA_CHECK(cuda::launchMoeGather(
-            reinterpret_cast<const uint16_t*>(params.x), r.view.slot_token, r.view.slot_offset,
-            static_cast<int>(params.num_experts), static_cast<int>(params.hidden), static_cast<int>(rows),
+            reinterpret_cast<const uint16_t*>(params.x), r.view.entry_slot, static_cast<int>(params.num_tokens),
+            static_cast<int>(params.top_k), static_cast<int>(params.hidden),
             reinterpret_cast<uint16_t*>(r.view.x_sorted), smCount(), asStream(stream), options.programmatic_launch));
         args.b_src = reinterpret_cast<const uint16_t*>(r.view.x_sorted);
         tmap_b = matrixTensorMap(r.view.x_sorted, rows, params.hidden, tokenBoxRows(r.shape));
-        tmap_b_full = matrixTensorMap(r.view.x_sorted, rows, params.hidden, r.shape.block_tokens);
+        tmap_b_full = matrixTensorMap(r.view.x_sorted, rows, params.hidden, fullTokenBoxRows(r.shape));
     }
     AFD_CUDA_CHECK(dispatchGroupedGemm(r.config, true, tmap_a, tmap_b, tmap_b_full, args, asStream(stream),
                                        options.programmatic_launch));
@@ -406,6 +453,11 @@ void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_byte
     args.out_ld = static_cast<int>(params.hidden);
     args.a_rows = static_cast<int>(params.hidden);
     args.n_tiles = static_cast<int>(params.hidden / cuda::downRowsPerItem(r.shape));
+    if (r.fused_combine) {
+        args.combine.entry_slot = r.view.entry_slot;
+        args.combine.topk_weights = params.topk_weights;
+        args.combine.out = static_cast<uint16_t*>(params.out);
+    }
     const CUtensorMap tmap_a = matrixTensorMap(params.w2, params.num_experts * params.hidden, params.inter,
                                                static_cast<uint32_t>(cuda::downRowsPerItem(r.shape)));
     CUtensorMap tmap_b;
@@ -414,7 +466,7 @@ void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_byte
     std::memset(&tmap_b_full, 0, sizeof(tmap_b_full));
     if (r.shape.tma_tokens) {
         tmap_b = matrixTensorMap(r.view.h, rows, params.inter, tokenBoxRows(r.shape));
-        tmap_b_full = matrixTensorMap(r.view.h, rows, params.inter, r.shape.block_tokens);
+        tmap_b_full = matrixTensorMap(r.view.h, rows, params.inter, fullTokenBoxRows(r.shape));
     }
     AFD_CUDA_CHECK(dispatchGroupedGemm(r.config, false, tmap_a, tmap_b, tmap_b_full, args, asStream(stream),
                                        options.programmatic_launch));
@@ -423,7 +475,7 @@ void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_byte
 void moeCombineCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,
                     const MoeCudaOptions& options) {
     const Resolved r = prepare(params, workspace, workspace_bytes, options);
-    if (params.num_tokens == 0) {
+    if (params.num_tokens == 0 || r.fused_combine) {
         return;
     }
     AFD_CUDA_CHECK(cuda::launchMoeCombine(

@@ -19,6 +19,11 @@
 // wgmma reads. full[s] completes on 1 arrive.expect_tx (the TMA bytes) + 128 cp.async arrivals (none with
 // kTmaTokens); empty[s] on one arrival per consumer thread once its wgmma reading the stage has retired.
 //
+// With kCluster = 2 the two CTAs of a cluster take the same sequence of (expert, token tile, pair of adjacent
+// weight tiles) items, CTA rank r the weight tile 2p + r, and each loads half of the item's token boxes into both
+// CTAs (TMA multicast). A stage is refilled only when the consumers of both CTAs have released it: each consumer
+// warp arrives on empty[s] of both CTAs, and full[s] expects the whole token tile, half of it from the peer.
+//
 // Gate-up rows are interleaved by TMA so that each consumer thread holds gate and up of the same intermediate
 // column: within each 16-row group of a warp, smem rows 0-7 are 8 gate rows and rows 8-15 the matching up rows
 // (the wgmma accumulator gives a thread rows r and r + 8). The 5-D view (k, row in group, gate/up, group,
@@ -32,6 +37,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "kernels/cuda/moe_fused_combine.cuh"
 #include "kernels/cuda/moe_fused_routing.cuh"
 #include "kernels/cuda/moe_grouped_gemm.h"
 #include "kernels/cuda/moe_stages.h"
@@ -45,7 +51,7 @@ inline constexpr int kRowBytes = 128;
 inline constexpr int kWarpgroup = 128;  // threads
 inline constexpr int kWeightRowsPerConsumer = 64;
 
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
 struct Layout {
     static constexpr int kBlocks = kConsumers * kMBlocks;                         // 64-row blocks per item
     static constexpr int kABytes = kBlocks * kWeightRowsPerConsumer * kRowBytes;  // per stage
@@ -67,6 +73,12 @@ struct Layout {
     static_assert(kBOffset % 1024 == 0 && kEpiOffset % 1024 == 0, "stages must stay 1024-byte aligned");
     static_assert(kEpiBytes % 16 == 0 && kBarOffset % 8 == 0, "staging and barriers alignment");
     static_assert(kBlocks * kWeightRowsPerConsumer <= 256 && kBlockTokens <= 256, "TMA boxes have <= 256 rows");
+    static_assert(kCluster == 1 || (kCluster == 2 && kTmaTokens), "clusters multicast token TMA boxes");
+    // CTAs per SM the registers must allow: the short 16-token pipeline (about 66 KB of shared memory) runs three,
+    // the other one-consumer shapes two.
+    static constexpr int kMinCtasPerSm = kConsumers > 1 ? 1 : (kBlockTokens == 16 && kStages <= 6 ? 3 : 2);
+    // Arrivals that release a stage: every consumer thread (one CTA), or one per consumer warp of each CTA.
+    static constexpr int kEmptyArrivals = kCluster == 1 ? kConsumers * kWarpgroup : kCluster * kConsumers * 4;
 
     // Dynamic shared memory: 1024 bytes of alignment slack + the fixed part + prefixes + fused-routing scratch.
     static constexpr size_t bytes(int num_experts) {
@@ -127,9 +139,9 @@ __device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v));
 
 __device__ __forceinline__ uint16_t toBf16Bits(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
 struct Kernel {
-    using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
+    using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
 
     struct Shared {
         uint8_t* base;
@@ -138,15 +150,27 @@ struct Kernel {
         const int* tiles;
         const int* slots;
         const int* slot_token;  // shared copy with fused routing, else null (read args.slot_token)
+        int rank;               // CTA rank in the cluster
+        int item_begin;         // first item (pair of items with kCluster = 2) of this CTA, and the stride
+        int item_stride;
     };
 
-    // Token TMA boxes of an item: one box of kBlockTokens rows when the padded count fills the tile (fewer TMA
-    // issues), else enough 64-row boxes for the padded count.
+    // Item `it` of this CTA: with kCluster = 2, `it` numbers (expert, weight-tile pair, token tile) and the CTA
+    // takes the pair's weight tile of its rank.
+    __device__ __forceinline__ static Item itemAt(int it, const GroupedGemmArgs& args, const Shared& sh) {
+        Item item = decodeItem<kBlockTokens>(it, sh.tiles, sh.slots, args.num_experts, args.n_tiles / kCluster);
+        item.n_tile = item.n_tile * kCluster + sh.rank;
+        return item;
+    }
+
+    // Token TMA boxes of an item: one box of kBlockTokens rows per cluster CTA when the padded count fills the
+    // tile (fewer TMA issues), else enough 64-row boxes for the padded count. Box b is issued by CTA rank
+    // b % kCluster.
     __device__ __forceinline__ static int tokenBoxes(int npad) {
-        return npad == kBlockTokens ? 1 : (npad + L::kTokenBoxRows - 1) / L::kTokenBoxRows;
+        return npad == kBlockTokens ? kCluster : (npad + L::kTokenBoxRows - 1) / L::kTokenBoxRows;
     }
     __device__ __forceinline__ static int tokenBoxRows(int npad) {
-        return npad == kBlockTokens ? kBlockTokens : L::kTokenBoxRows;
+        return npad == kBlockTokens ? kBlockTokens / kCluster : L::kTokenBoxRows;
     }
 
     // Weight tile of (item, kb) into stage `stage`: arrive.expect_tx (for the token boxes too with kTmaTokens)
@@ -189,20 +213,24 @@ struct Kernel {
         }
     }
 
-    // kTmaTokens: the item's token rows [slot_base, slot_base + npad) of b_src in boxes of kTokenBoxRows (rows
+    // kTmaTokens: the item's token rows [slot_base, slot_base + npad) of b_src in tokenBoxes(npad) boxes (rows
     // past the expert's tokens belong to other experts or are zero-filled past the end; their columns are never
-    // stored).
+    // stored). With kCluster = 2 this CTA issues its boxes into both CTAs.
     __device__ __forceinline__ static void issueTokenBoxes(const CUtensorMap* tmap_b, const CUtensorMap* tmap_b_full,
                                                            const Shared& sh, int stage, const Item& item, int npad,
                                                            int kb, uint64_t policy) {
         uint8_t* b = sh.base + L::kBOffset + stage * L::kBBytes;
-        if (npad == kBlockTokens) {
-            sm90::tmaLoad2d(b, tmap_b_full, &sh.full[stage], kb * kBlockK, item.slot_base, policy);
-            return;
-        }
-        for (int box = 0; box < tokenBoxes(npad); ++box) {
-            sm90::tmaLoad2d(b + box * L::kTokenBoxRows * kRowBytes, tmap_b, &sh.full[stage], kb * kBlockK,
-                            item.slot_base + box * L::kTokenBoxRows, policy);
+        const CUtensorMap* tmap = npad == kBlockTokens ? tmap_b_full : tmap_b;
+        const int rows = tokenBoxRows(npad);
+        for (int box = sh.rank; box < tokenBoxes(npad); box += kCluster) {
+            if constexpr (kCluster == 1) {
+                sm90::tmaLoad2d(b + box * rows * kRowBytes, tmap, &sh.full[stage], kb * kBlockK,
+                                item.slot_base + box * rows, policy);
+            } else {
+                sm90::tmaLoad2dMulticast(b + box * rows * kRowBytes, tmap, &sh.full[stage], kb * kBlockK,
+                                         item.slot_base + box * rows, static_cast<uint16_t>((1u << kCluster) - 1),
+                                         policy);
+            }
         }
     }
 
@@ -255,8 +283,8 @@ struct Kernel {
         int prefetched = 0;
         if constexpr (!kGateUp) {
             // The weights do not depend on the previous kernel: start streaming them before waiting for it.
-            for (int it = blockIdx.x; it < total_items && prefetched < kStages; it += gridDim.x) {
-                const Item item = decodeItem<kBlockTokens>(it, sh.tiles, sh.slots, args.num_experts, args.n_tiles);
+            for (int it = sh.item_begin; it < total_items && prefetched < kStages; it += sh.item_stride) {
+                const Item item = itemAt(it, args, sh);
                 for (int kb = 0; kb < k_blocks && prefetched < kStages; ++kb, ++prefetched) {
                     if (ptid == 0) {
                         issueWeights(tmap, args, sh, prefetched, item, kb, policy);
@@ -270,8 +298,8 @@ struct Kernel {
             return;  // one thread issues every copy
         }
         int iter = 0;
-        for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
-            const Item item = decodeItem<kBlockTokens>(it, sh.tiles, sh.slots, args.num_experts, args.n_tiles);
+        for (int it = sh.item_begin; it < total_items; it += sh.item_stride) {
+            const Item item = itemAt(it, args, sh);
             const int npad = paddedTokens<kBlockTokens>(item.ntok);
             int offsets[L::kRowsPerThread];
             if constexpr (!kTmaTokens) {
@@ -390,7 +418,7 @@ struct Kernel {
             }
             if (kb > 0) {
                 sm90::wgmmaWait<1>();  // the previous stage's wgmma have retired
-                sm90::mbarArrive(&sh.empty[prev_stage]);
+                releaseStage(sh, prev_stage, ctid);
             }
             prev_stage = stage;
         }
@@ -402,19 +430,47 @@ struct Kernel {
                 sm90::fenceOperand(acc[mb][i]);
             }
         }
-        sm90::mbarArrive(&sh.empty[prev_stage]);
+        releaseStage(sh, prev_stage, ctid);
 #pragma unroll
         for (int mb = 0; mb < kMBlocks; ++mb) {
-            epilogue<N>(acc[mb], args, sh, item, wg, wg * kMBlocks + mb, ctid);
+            const int block = wg * kMBlocks + mb;
+            epilogue<N>(acc[mb], args, sh, item, wg, block, ctid);
+            if constexpr (!kGateUp) {
+                if (args.combine.out != nullptr) {
+                    fusedCombineArrive(args, sh.tiles[args.num_experts], item.n_tile * L::kBlocks + block, wg, ctid,
+                                       reinterpret_cast<int*>(sh.base + L::kEpiOffset + wg * L::kEpiBytes));
+                }
+            }
+        }
+    }
+
+    // The consumer thread's wgmma reading `stage` have retired: release it to the producer (of both CTAs).
+    __device__ __forceinline__ static void releaseStage(const Shared& sh, int stage, int ctid) {
+        if constexpr (kCluster == 1) {
+            sm90::mbarArrive(&sh.empty[stage]);
+        } else if ((ctid & 31) == 0) {
+#pragma unroll
+            for (int r = 0; r < kCluster; ++r) {
+                sm90::mbarArriveCluster(&sh.empty[stage], static_cast<uint32_t>(r));
+            }
         }
     }
 
     __device__ static void consume(const GroupedGemmArgs& args, const Shared& sh, int total_items, int k_blocks,
                                    int wg) {
         const int ctid = threadIdx.x - kWarpgroup * (wg + 1);
+        if constexpr (!kGateUp) {
+            if (args.combine.out != nullptr && sh.tiles[args.num_experts] == 0 && blockIdx.x == 0 && wg == 0) {
+                // No entry is served here: no arrival will combine, and the layer's output is zero.
+                const int64_t vectors = static_cast<int64_t>(args.combine.num_tokens) * args.out_ld / 8;
+                for (int64_t v = ctid; v < vectors; v += kWarpgroup) {
+                    reinterpret_cast<uint4*>(args.combine.out)[v] = make_uint4(0, 0, 0, 0);
+                }
+            }
+        }
         int iter = 0;
-        for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
-            const Item item = decodeItem<kBlockTokens>(it, sh.tiles, sh.slots, args.num_experts, args.n_tiles);
+        for (int it = sh.item_begin; it < total_items; it += sh.item_stride) {
+            const Item item = itemAt(it, args, sh);
             switch (paddedTokens<kBlockTokens>(item.ntok)) {
                 case 8:
                     consumeItem<8>(args, sh, item, k_blocks, iter, wg, ctid);
@@ -439,11 +495,13 @@ struct Kernel {
     }
 };
 
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
-__global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ? 2 : 1)
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
+__global__ void __launch_bounds__(
+    kWarpgroup*(kConsumers + 1),
+    Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>::kMinCtasPerSm)
     groupedGemmKernel(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
                       const __grid_constant__ CUtensorMap tmap_b_full, const GroupedGemmArgs args) {
-    using K = Kernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
+    using K = Kernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
     using L = typename K::L;
     extern __shared__ uint8_t smem_raw[];
     uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
@@ -456,6 +514,12 @@ __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ?
     sh.tiles = tiles;
     sh.slots = slots;
     sh.slot_token = nullptr;
+    sh.rank = 0;
+    if constexpr (kCluster > 1) {
+        sh.rank = static_cast<int>(sm90::clusterCtaRank());
+    }
+    sh.item_begin = static_cast<int>(blockIdx.x) / kCluster;
+    sh.item_stride = static_cast<int>(gridDim.x) / kCluster;
 
     if (threadIdx.x == 0) {
         sm90::prefetchTensorMap(&tmap);
@@ -465,7 +529,7 @@ __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ?
         }
         for (int s = 0; s < kStages; ++s) {
             sm90::mbarInit(&sh.full[s], kTmaTokens ? 1 : kWarpgroup + 1);
-            sm90::mbarInit(&sh.empty[s], kConsumers * kWarpgroup);
+            sm90::mbarInit(&sh.empty[s], L::kEmptyArrivals);
         }
         sm90::fenceBarrierInit();
     }
@@ -474,6 +538,12 @@ __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ?
         // kernel.
         sm90::gridDependencyWait();
         sm90::launchDependents();
+        if (blockIdx.x == 0) {
+            // The down kernel's fused-combine counters (it reads them after waiting for this kernel).
+            for (int i = threadIdx.x; i < args.combine.num_counters; i += blockDim.x) {
+                args.combine.counters[i] = 0;
+            }
+        }
     }
     // NOTE: the down kernel reads the offsets (or the routing) before its dependency wait; the kernels that wrote
     // them finished before the gate-up kernel (which this one waits for) let it launch.
@@ -490,7 +560,10 @@ __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ?
         }
         __syncthreads();
     }
-    const int total_items = tiles[args.num_experts] * args.n_tiles;
+    if constexpr (kCluster > 1) {
+        sm90::clusterSync();  // the peer's barriers are initialised before any multicast or remote arrival
+    }
+    const int total_items = tiles[args.num_experts] * (args.n_tiles / kCluster);
     const int k_blocks = (args.k + kBlockK - 1) / kBlockK;
     const int warpgroup = threadIdx.x / kWarpgroup;
     // NOTE: no setmaxnreg: with a 56-register producer ptxas spilled in the producer's address arithmetic, while
@@ -504,14 +577,17 @@ __global__ void __launch_bounds__(kWarpgroup*(kConsumers + 1), kConsumers == 1 ?
         }
         K::consume(args, sh, total_items, k_blocks, warpgroup - 1);
     }
+    if constexpr (kCluster > 1) {
+        sm90::clusterSync();  // no CTA leaves while its peer may still arrive on its barriers
+    }
 }
 
 // Host side: sizes the persistent grid from the occupancy and launches (programmatic serialization optional).
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
 cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const CUtensorMap& tmap_b_full,
                    const GroupedGemmArgs& args, int sm_count, cudaStream_t stream, bool programmatic) {
-    using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
-    auto kernel = groupedGemmKernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
+    using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
+    auto kernel = groupedGemmKernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
     const size_t smem = L::bytes(args.num_experts);
     // The shared-memory limit is raised once per device (to the most any expert count needs), so that launches
     // inside a stream capture make no attribute calls.
@@ -530,39 +606,57 @@ cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const CUt
         }
         configured_devices.fetch_or(device_bit, std::memory_order_acq_rel);
     }
-    int blocks_per_sm = 0;
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, L::kThreads, smem);
-    if (err != cudaSuccess) {
-        return err;
-    }
-    if (blocks_per_sm < 1) {
-        return cudaErrorInvalidConfiguration;
-    }
     cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(blocks_per_sm * sm_count));
     config.blockDim = dim3(L::kThreads);
     config.dynamicSmemBytes = smem;
     config.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kCluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = attr;
-    config.numAttrs = programmatic ? 1 : 0;
+    int resident = 0;  // CTAs that fit on the device at once
+    if constexpr (kCluster == 1) {
+        int blocks_per_sm = 0;
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, L::kThreads, smem);
+        resident = blocks_per_sm * sm_count;
+    } else {
+        config.gridDim = dim3(static_cast<unsigned>(kCluster * sm_count));
+        config.numAttrs = 1;
+        int clusters = 0;
+        err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+        resident = clusters * kCluster;
+    }
+    if (err != cudaSuccess) {
+        return err;
+    }
+    if (resident < kCluster) {
+        return cudaErrorInvalidConfiguration;
+    }
+    config.gridDim = dim3(static_cast<unsigned>(resident));
+    // The cluster attribute only for clusters (a plain launch keeps its former configuration), then PDL.
+    config.attrs = kCluster == 1 ? attr + 1 : attr;
+    config.numAttrs = (kCluster == 1 ? 0 : 1) + (programmatic ? 1 : 0);
     return cudaLaunchKernelEx(&config, kernel, tmap, tmap_b, tmap_b_full, args);
 }
 
 }  // namespace afd::kernels::cuda::grouped_gemm
 
 // Defines launchGroupedGemm<name> for the shape constant k<name>Shape (moe_grouped_gemm.h).
-#define AFD_DEFINE_GROUPED_GEMM(name)                                                                                  \
-    namespace afd::kernels::cuda {                                                                                     \
-    cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,            \
-                                        const CUtensorMap& tmap_b_full, const GroupedGemmArgs& args, int sm_count,     \
-                                        cudaStream_t stream, bool programmatic) {                                      \
-        constexpr TileShape s = k##name##Shape;                                                                        \
-        return gate_up ? grouped_gemm::launch<true, s.consumers, s.m_blocks, s.block_tokens, s.stages, s.tma_tokens>(  \
-                             tmap_a, tmap_b, tmap_b_full, args, sm_count, stream, programmatic)                        \
-                       : grouped_gemm::launch<false, s.consumers, s.m_blocks, s.block_tokens, s.stages, s.tma_tokens>( \
-                             tmap_a, tmap_b, tmap_b_full, args, sm_count, stream, programmatic);                       \
-    }                                                                                                                  \
+#define AFD_DEFINE_GROUPED_GEMM(name)                                                                                 \
+    namespace afd::kernels::cuda {                                                                                    \
+    cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,           \
+                                        const CUtensorMap& tmap_b_full, const GroupedGemmArgs& args, int sm_count,    \
+                                        cudaStream_t stream, bool programmatic) {                                     \
+        constexpr TileShape s = k##name##Shape;                                                                       \
+        return gate_up ? grouped_gemm::launch<true, s.consumers, s.m_blocks, s.block_tokens, s.stages, s.tma_tokens,  \
+                                              s.cluster>(tmap_a, tmap_b, tmap_b_full, args, sm_count, stream,         \
+                                                         programmatic)                                                \
+                       : grouped_gemm::launch<false, s.consumers, s.m_blocks, s.block_tokens, s.stages, s.tma_tokens, \
+                                              s.cluster>(tmap_a, tmap_b, tmap_b_full, args, sm_count, stream,         \
+                                                         programmatic);                                               \
+    }                                                                                                                 \
     }

@@ -46,10 +46,25 @@ struct GroupedGemmArgs {
         int32_t* entry_slot = nullptr;
         int32_t* slot_token = nullptr;
     } routing_out;
+    // Small batches (MoeCudaOptions::fused_combine_entries): the down kernel also does the combine stage. Each
+    // consumer counts its 64-row block of hidden rows as written in counters[block]; the arrival that completes a
+    // block (one per token tile of every expert) sums that block of y into out. The gate-up kernel's CTA 0 zeroes
+    // the counters; the completing arrival resets its counter. out == nullptr: no fused combine.
+    struct FusedCombine {
+        int32_t* counters = nullptr;          // [num_counters]
+        const int32_t* entry_slot = nullptr;  // [num_tokens * top_k], -1 when not served
+        const float* topk_weights = nullptr;  // [num_tokens * top_k]
+        uint16_t* out = nullptr;              // [num_tokens, hidden] bf16 (the layer's output)
+        int num_tokens = 0;
+        int num_counters = 0;  // hidden / 64
+    } combine;
 };
 
 // Most routing entries (T * top_k) for which the GEMM kernels compute the routing themselves.
 inline constexpr int kFusedRoutingEntries = 256;
+// Most routing entries for which the down kernel may do the combine (GroupedGemmArgs::combine; the default of
+// MoeCudaOptions::fused_combine_entries is lower).
+inline constexpr int kFusedCombineEntries = 256;
 
 // Static shape of a tile configuration.
 struct TileShape {
@@ -60,19 +75,27 @@ struct TileShape {
     // Token tiles by TMA from rows in slot order (x_sorted for gate-up, h for down; always full boxes), instead
     // of 16-byte cp.async gathers by the producer warpgroup.
     bool tma_tokens;
+    // CTAs per cluster (1 or 2; 2 needs tma_tokens). A pair works on adjacent weight tiles of one expert and
+    // token tile, and each CTA loads half of the token boxes for both (TMA multicast): token bytes through L2
+    // are halved (which did not make the layer faster: docs/cuda-moe-notes.md, v8).
+    int cluster;
 };
 // NOTE: the .cu file of each configuration instantiates its kernels from these constants.
-inline constexpr TileShape kSmall16Shape{1, 1, 16, 10, false};
-inline constexpr TileShape kSmall32Shape{1, 1, 32, 8, false};
-inline constexpr TileShape kSmall64Shape{1, 1, 64, 6, false};
-inline constexpr TileShape kSmall128Shape{1, 1, 128, 4, false};
-inline constexpr TileShape kWide128Shape{2, 1, 128, 6, true};
-inline constexpr TileShape kWide256Shape{2, 1, 256, 4, true};
-inline constexpr TileShape kWide256GatherShape{2, 1, 256, 4, false};
-inline constexpr TileShape kTall128Shape{2, 2, 128, 4, true};
+inline constexpr TileShape kTiny16Shape{1, 1, 16, 6, false, 1};
+inline constexpr TileShape kSmall16Shape{1, 1, 16, 10, false, 1};
+inline constexpr TileShape kSmall32Shape{1, 1, 32, 8, false, 1};
+inline constexpr TileShape kSmall64Shape{1, 1, 64, 6, false, 1};
+inline constexpr TileShape kSmall128Shape{1, 1, 128, 4, false, 1};
+inline constexpr TileShape kWide128Shape{2, 1, 128, 6, true, 1};
+inline constexpr TileShape kWide256Shape{2, 1, 256, 4, true, 1};
+inline constexpr TileShape kWide256GatherShape{2, 1, 256, 4, false, 1};
+inline constexpr TileShape kTall128Shape{2, 2, 128, 4, true, 1};
+inline constexpr TileShape kWide128PairShape{2, 1, 128, 6, true, 2};
+inline constexpr TileShape kWide256PairShape{2, 1, 256, 4, true, 2};
 TileShape tileShape(MoeTileConfig config);
 
-// Output columns one item covers: gate-up 32 per 64-row block (intermediate columns), down 64 per block.
+// Output columns one item covers: gate-up 32 per 64-row block (intermediate columns), down 64 per block. A
+// cluster's items together cover `cluster` times as many.
 inline int gateUpColumnsPerItem(const TileShape& s) { return 32 * s.consumers * s.m_blocks; }
 inline int downRowsPerItem(const TileShape& s) { return 64 * s.consumers * s.m_blocks; }
 
@@ -80,12 +103,14 @@ inline int downRowsPerItem(const TileShape& s) { return 64 * s.consumers * s.m_b
 // returns the launch status. `tmap_a` describes the weights: gate-up the 5-D interleaved view of w13 with box
 // {64, 8, 2, 4 * blocks, 1} (a_interleaved) or the 2-D view with box {64, 8}; down w2 as [E * H, I] with box
 // {64, 64 * blocks} (blocks = consumers * m_blocks). `tmap_b` (tma_tokens shapes only) describes b_src as
-// [rows, b_ld] with box {64, min(64, block_tokens)}, `tmap_b_full` the same with box {64, block_tokens} (one box
-// for items that fill the tile). All bf16 with the 128-byte swizzle. `sm_count` sizes the persistent grid.
+// [rows, b_ld] with box {64, min(64, block_tokens)}, `tmap_b_full` the same with box {64, block_tokens / cluster}
+// (one box per CTA of the cluster for items that fill the tile). All bf16 with the 128-byte swizzle. `sm_count`
+// sizes the persistent grid.
 #define AFD_DECLARE_GROUPED_GEMM(name)                                                                             \
     cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,        \
                                         const CUtensorMap& tmap_b_full, const GroupedGemmArgs& args, int sm_count, \
                                         cudaStream_t stream, bool programmatic)
+AFD_DECLARE_GROUPED_GEMM(Tiny16);
 AFD_DECLARE_GROUPED_GEMM(Small16);
 AFD_DECLARE_GROUPED_GEMM(Small32);
 AFD_DECLARE_GROUPED_GEMM(Small64);
@@ -94,6 +119,8 @@ AFD_DECLARE_GROUPED_GEMM(Wide128);
 AFD_DECLARE_GROUPED_GEMM(Wide256);
 AFD_DECLARE_GROUPED_GEMM(Wide256Gather);
 AFD_DECLARE_GROUPED_GEMM(Tall128);
+AFD_DECLARE_GROUPED_GEMM(Wide128Pair);
+AFD_DECLARE_GROUPED_GEMM(Wide256Pair);
 #undef AFD_DECLARE_GROUPED_GEMM
 
 }  // namespace afd::kernels::cuda

@@ -24,11 +24,10 @@ cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k
                              int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot,
                              int32_t* slot_token, int32_t* chunk_counts, cudaStream_t stream, bool programmatic);
 
-// x_sorted[slot] = x[slot_token[slot]] for slot < min(slot_offset[E], max_slots); rows of `hidden` bf16,
-// hidden % 8 == 0. Grid-stride over slots (at most 8 CTAs per SM).
-cudaError_t launchMoeGather(const uint16_t* x, const int32_t* slot_token, const int32_t* slot_offset, int num_experts,
-                            int hidden, int max_slots, uint16_t* x_sorted, int sm_count, cudaStream_t stream,
-                            bool programmatic);
+// x_sorted[entry_slot[t, j]] = x[t] for every served entry (entry_slot >= 0), one warp per token (at most 8
+// CTAs per SM); rows of `hidden` bf16, hidden % 8 == 0.
+cudaError_t launchMoeGather(const uint16_t* x, const int32_t* entry_slot, int num_tokens, int top_k, int hidden,
+                            uint16_t* x_sorted, int sm_count, cudaStream_t stream, bool programmatic);
 
 // out[t] = sum_j topk_weights[t, j] * y[entry_slot[t, j]] over served entries (fp32), bf16 out [T, H];
 // zero for a token with no served entry. hidden % 8 == 0.

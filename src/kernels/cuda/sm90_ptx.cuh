@@ -1,5 +1,6 @@
 // Thin device wrappers over the Hopper (sm_90a) instructions the MoE kernels use: mbarriers, the bulk tensor copy
-// engine (TMA), cp.async with mbarrier completion, wgmma descriptors and fences, programmatic dependent launch.
+// engine (TMA, multicast within a cluster), cp.async with mbarrier completion, wgmma descriptors and fences, thread
+// block clusters, programmatic dependent launch.
 // Included by .cu files only.
 #pragma once
 
@@ -24,6 +25,20 @@ __device__ __forceinline__ void fenceBarrierInit() {
 
 __device__ __forceinline__ void mbarArrive(uint64_t* bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smemAddr(bar)) : "memory");
+}
+
+// Arrives on the barrier at the same shared-memory offset as `bar` in CTA `cta_rank` of this cluster (this CTA's
+// own rank included). NOTE: release at CTA scope (the default): the callers release pipeline stages whose readers
+// (wgmma) have retired; a cluster-scope release costs a memory barrier on every call.
+__device__ __forceinline__ void mbarArriveCluster(uint64_t* bar, uint32_t cta_rank) {
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+        "}\n" ::"r"(smemAddr(bar)),
+        "r"(cta_rank)
+        : "memory");
 }
 
 __device__ __forceinline__ void mbarArriveExpectTx(uint64_t* bar, uint32_t bytes) {
@@ -76,6 +91,17 @@ __device__ __forceinline__ void tmaLoad2d(void* dst, const void* tmap, uint64_t*
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
         " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smemAddr(dst)),
         "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smemAddr(bar)), "r"(c0), "r"(c1), "l"(policy)
+        : "memory");
+}
+
+// tmaLoad2d into the same shared-memory offset of every CTA of the cluster in `cta_mask`; each destination CTA's
+// barrier at the offset of `bar` receives the bytes it got.
+__device__ __forceinline__ void tmaLoad2dMulticast(void* dst, const void* tmap, uint64_t* bar, int32_t c0, int32_t c1,
+                                                   uint16_t cta_mask, uint64_t policy) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        ".L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5, %6;" ::"r"(smemAddr(dst)),
+        "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smemAddr(bar)), "r"(c0), "r"(c1), "h"(cta_mask), "l"(policy)
         : "memory");
 }
 
@@ -144,6 +170,21 @@ __device__ __forceinline__ void wgmmaWait() {
 
 // Keeps the compiler from moving accumulator reads/writes across wgmma issue/wait points.
 __device__ __forceinline__ void fenceOperand(float& reg) { asm volatile("" : "+f"(reg)::"memory"); }
+
+// ---- thread block clusters ------------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t clusterCtaRank() {
+    uint32_t rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    return rank;
+}
+
+// Every thread of every CTA of the cluster: prior memory operations (barrier initialisation included) become
+// visible cluster-wide before any thread continues. Called by all threads of the CTA; the non-.aligned forms
+// allow the threads of a warp to arrive apart.
+__device__ __forceinline__ void clusterSync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
 
 // ---- named barriers, programmatic dependent launch -------------------------------------------------
 
