@@ -11,7 +11,7 @@
 #include "core/env.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
-#include "ffn/cuda/device_memory.h"
+#include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/moe_cuda.h"
@@ -20,10 +20,10 @@
 namespace afd::ffn {
 namespace {
 
-using cuda::DeviceBuffer;
-using cuda::GraphExec;
-using cuda::PinnedBuffer;
-using cuda::Stream;
+using kernels::cuda::DeviceBuffer;
+using kernels::cuda::GraphExec;
+using kernels::cuda::PinnedBuffer;
+using kernels::cuda::Stream;
 
 int64_t bucketFor(int64_t tokens) {
     if (tokens <= 16) return 16;

@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/moe_stages.h"
 
 namespace afd::kernels::cuda {
@@ -24,36 +25,15 @@ namespace {
 
 // ---- RAII for the runtime objects the benchmark holds --------------------------------------------------------
 
-class DeviceMemory {
+// Device memory and streams come from device_memory.h; a benchmark buffer is never empty (cudaMalloc(0) gives a
+// null pointer the kernels would be handed).
+class DeviceMemory : public DeviceBuffer {
  public:
-    explicit DeviceMemory(size_t bytes) : bytes_(bytes) {
-        AFD_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 256)));
-    }
-    ~DeviceMemory() { (void)cudaFree(ptr_); }
-    DeviceMemory(const DeviceMemory&) = delete;
-    DeviceMemory& operator=(const DeviceMemory&) = delete;
-    void* get() const { return ptr_; }
-    template <typename T>
-    T* as() const {
-        return static_cast<T*>(ptr_);
-    }
-    size_t bytes() const { return bytes_; }
+    explicit DeviceMemory(size_t bytes) : DeviceBuffer(std::max<size_t>(bytes, 256)), requested_(bytes) {}
+    size_t bytes() const { return requested_; }
 
  private:
-    void* ptr_ = nullptr;
-    size_t bytes_ = 0;
-};
-
-class Stream {
- public:
-    Stream() { AFD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-    ~Stream() { (void)cudaStreamDestroy(stream_); }
-    Stream(const Stream&) = delete;
-    Stream& operator=(const Stream&) = delete;
-    cudaStream_t get() const { return stream_; }
-
- private:
-    cudaStream_t stream_ = nullptr;
+    size_t requested_ = 0;
 };
 
 class Graph {

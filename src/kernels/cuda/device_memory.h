@@ -1,4 +1,4 @@
-// RAII owners of CUDA resources used by the GPU FFN compute: device and pinned host buffers, a stream, an
+// RAII owners of CUDA resources (used by the GPU FFN compute and the benchmarks): device and pinned host buffers, a stream, an
 // instantiated graph. Each frees its resource exactly once; destructors never throw (a failing free is logged).
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <utility>
 
-namespace afd::ffn::cuda {
+namespace afd::kernels::cuda {
 
 class DeviceBuffer {
 public:
@@ -79,4 +79,4 @@ private:
     cudaGraphExec_t exec_ = nullptr;
 };
 
-}  // namespace afd::ffn::cuda
+}  // namespace afd::kernels::cuda

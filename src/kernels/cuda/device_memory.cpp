@@ -1,9 +1,9 @@
-#include "ffn/cuda/device_memory.h"
+#include "kernels/cuda/device_memory.h"
 
 #include "core/logging.h"
 #include "kernels/cuda/cuda_check.h"
 
-namespace afd::ffn::cuda {
+namespace afd::kernels::cuda {
 namespace {
 
 void logFree(const char* what, cudaError_t error) {
@@ -64,4 +64,4 @@ GraphExec& GraphExec::operator=(GraphExec&& other) noexcept {
     return *this;
 }
 
-}  // namespace afd::ffn::cuda
+}  // namespace afd::kernels::cuda
