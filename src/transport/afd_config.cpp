@@ -4,8 +4,7 @@
 #include <array>
 #include <cctype>
 #include <charconv>
-#include <climits>
-#include <memory>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
@@ -82,8 +81,13 @@ core::Result<Json> parseJsonText(std::string_view text, std::string_view source)
         }
         return true;
     };
-    Json json = Json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/false);
-    if (json.is_discarded()) return core::invalidArgument("{}: not valid JSON", source);
+    Json json;
+    try {
+        json = Json::parse(text.begin(), text.end(), callback);
+    } catch (const Json::exception& e) {  // parse errors, and numbers beyond double's range
+        // e.what() gives the byte position and what the parser expected there.
+        return core::invalidArgument("{}: not valid JSON: {}", source, e.what());
+    }
     if (too_deep) {
         return core::invalidArgument("{}: objects and arrays are nested more than {} levels deep", source,
                                      kMaxJsonDepth);

@@ -24,8 +24,7 @@ core::Result<ExpertPartition> ExpertPartition::create(int num_experts, int num_f
 }
 
 ExpertRange ExpertPartition::rangeOf(int ffn_rank) const {
-    AFD_CHECK(ffn_rank >= 0 && ffn_rank < num_ffn_ranks_, "FFN rank {} out of range [0, {})", ffn_rank,
-              num_ffn_ranks_);
+    AFD_CHECK(ffn_rank >= 0 && ffn_rank < num_ffn_ranks_, "FFN rank {} out of range [0, {})", ffn_rank, num_ffn_ranks_);
     const int base = num_experts_ / num_ffn_ranks_;
     const int extra = num_experts_ % num_ffn_ranks_;
     // Ranks below `extra` hold base + 1 experts.
@@ -45,8 +44,7 @@ int ExpertPartition::ownerOf(int expert) const {
 
 core::Result<Topology> Topology::create(int num_attention_ranks, int num_ffn_ranks, AfdMode mode) {
     if (num_attention_ranks <= 0 || num_attention_ranks > kMaxRanks) {
-        return core::invalidArgument("num_attention_ranks must be in [1, {}], got {}", kMaxRanks,
-                                     num_attention_ranks);
+        return core::invalidArgument("num_attention_ranks must be in [1, {}], got {}", kMaxRanks, num_attention_ranks);
     }
     if (num_ffn_ranks <= 0 || num_ffn_ranks > kMaxRanks) {
         return core::invalidArgument("num_ffn_ranks must be in [1, {}], got {}", kMaxRanks, num_ffn_ranks);
@@ -75,8 +73,7 @@ std::vector<int> Topology::ffnPeersOfAttention(int attention_rank) const {
 }
 
 std::vector<int> Topology::attentionPeersOfFfn(int ffn_rank) const {
-    AFD_CHECK(ffn_rank >= 0 && ffn_rank < num_ffn_ranks_, "FFN rank {} out of range [0, {})", ffn_rank,
-              num_ffn_ranks_);
+    AFD_CHECK(ffn_rank >= 0 && ffn_rank < num_ffn_ranks_, "FFN rank {} out of range [0, {})", ffn_rank, num_ffn_ranks_);
     int64_t begin = 0;
     int64_t end = num_attention_ranks_;
     if (mode_ == AfdMode::kP2p) {
