@@ -25,6 +25,9 @@ struct BenchMoeFlags {
     std::string csv;
     bool no_stages = false;
     bool no_fuse_routing = false;
+    bool static_schedule = false;
+    bool late_release = false;
+    bool no_down_prefetch = false;
 };
 
 void printTable(const kernels::cuda::MoeBenchResult& r) {
@@ -37,6 +40,9 @@ void printTable(const kernels::cuda::MoeBenchResult& r) {
             "{:>6} {:>8} {:>14} {:>4} {:>10.1f} {:>10.1f} {:>7.1f} {:>7.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f}\n",
             row.tokens, row.routing, row.tile, row.distinct_experts, row.median_us, row.floor_us, row.pct_of_floor,
             row.tflops, row.permute_us, row.gate_up_us, row.down_us, row.combine_us);
+        if (!row.timeline.empty()) {
+            fmt::print("{}", row.timeline);
+        }
     }
 }
 
@@ -67,8 +73,8 @@ int runBenchMoe(BenchMoeFlags& flags) {
         kernels::MoeTileConfig tile;
         if (!kernels::parseMoeTileConfig(name.c_str(), &tile)) {
             AFD_LOG_ERROR(
-                "bench moe: --tiles: unknown tile config '{}' (auto, small16, small32, small64, small128, wide128, "
-                "wide256, wide256g, tall128, wide128pair, wide256pair)",
+                "bench moe: --tiles: unknown tile config '{}' (auto, tiny8, small16, small32, small64, small128, "
+                "wide128, wide256, wide256g, tall128, wide128pair, wide256pair)",
                 name);
             return core::kExitBadConfig;
         }
@@ -88,6 +94,9 @@ int runBenchMoe(BenchMoeFlags& flags) {
     }
     flags.options.stages = !flags.no_stages;
     flags.options.fuse_small_routing = !flags.no_fuse_routing;
+    flags.options.dynamic_schedule = !flags.static_schedule;
+    flags.options.early_stage_release = !flags.late_release;
+    flags.options.down_prefetch = !flags.no_down_prefetch;
     try {
         const auto result = kernels::cuda::runMoeBench(flags.options);
         printTable(result);
@@ -128,6 +137,14 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
                   "always run the permute kernel (no routing inside the GEMM kernels for small batches)");
     moe->add_option("--fuse-combine-entries", flags->options.fused_combine_entries,
                     "the down kernel does the combine up to this many routing entries (0: never)");
+    moe->add_flag("--static-schedule", flags->static_schedule,
+                  "CTAs take their items in a fixed round robin (no device-wide item counter)");
+    moe->add_flag("--late-release", flags->late_release,
+                  "consumers release each stage after issuing the next stage's wgmma, for every tile");
+    moe->add_flag("--no-down-prefetch", flags->no_down_prefetch,
+                  "the down kernel issues no weight copies before the gate-up kernel has finished");
+    moe->add_flag("--timeline", flags->options.timeline,
+                  "trace one more replay per point: when the GEMM kernels' CTAs reach each step");
     moe->callback([flags, &exit_code] { exit_code = runBenchMoe(*flags); });
 #else
     moe->callback([&exit_code] {

@@ -25,20 +25,20 @@
 
 namespace afd::kernels {
 
-// Tile shape of the grouped GEMMs. kSmallN: one consumer warpgroup, items of 64 weight rows x up to N tokens,
-// two CTAs per SM, token tiles gathered by cp.async (memory-bound regime). kTiny16: kSmall16 with a 6-stage
-// pipeline, three CTAs per SM, so that the down kernel's CTAs fit beside the gate-up kernel's and stream their
-// weights during it (one or two tokens). kWideN: two consumer warpgroups, items of 128 weight rows x up to N tokens,
-// one CTA per SM, token tiles by TMA from rows in slot order (compute-bound regime); kWide256Gather: the wide tile with
-// cp.async gathers. kTall128: two consumers with two 64-row blocks each, items of 256 weight rows x up to 128 tokens
-// (token tiles by TMA), so each token tile is re-read half as often as with kWide128. kWide128Pair / kWide256Pair: the
-// wide tiles in clusters of two CTAs on adjacent weight tiles of one expert that load each token tile once for both
-// (TMA multicast), which halves the token bytes read through L2; they need inter % (64 * 2) == 0 and hidden % (128 * 2)
-// == 0. kAuto picks from T * top_k / num_experts (never a pair shape: they measured the same as the single-CTA wide
-// shapes).
+// Tile shape of the grouped GEMMs. kSmallN: one consumer warpgroup, items of 64 weight rows x up to N tokens, two CTAs
+// per SM, token tiles gathered by cp.async (memory-bound regime). kTiny8: 8-token tiles (9 KB stages), 5 stages (6 in
+// the gate-up kernel), up to four CTAs per SM, so that the down kernel's CTAs of a one- or two-token step are resident
+// beside the gate-up kernel's and start as soon as it ends. kWideN: two consumer warpgroups, items of 128 weight rows x
+// up to N tokens, one CTA per SM, token tiles by TMA from rows in slot order (compute-bound regime); kWide256Gather:
+// the wide tile with cp.async gathers. kTall128: two consumers with two 64-row blocks each, items of 256 weight rows x
+// up to 128 tokens (token tiles by TMA), so each token tile is re-read half as often as with kWide128. kWide128Pair /
+// kWide256Pair: the wide tiles in clusters of two CTAs on adjacent weight tiles of one expert that load each token tile
+// once for both (TMA multicast), which halves the token bytes read through L2; they need inter % (64 * 2) == 0 and
+// hidden % (128 * 2) == 0. kAuto picks from T * top_k / num_experts (never a pair shape: they measured the same as the
+// single-CTA wide shapes).
 enum class MoeTileConfig {
     kAuto,
-    kTiny16,
+    kTiny8,
     kSmall16,
     kSmall32,
     kSmall64,
@@ -51,7 +51,7 @@ enum class MoeTileConfig {
     kWide256Pair
 };
 
-// Parses "auto", "tiny16", "small16" … "wide256", "wide256g", "tall128", "wide128pair", "wide256pair"; returns false
+// Parses "auto", "tiny8", "small16" … "wide256", "wide256g", "tall128", "wide128pair", "wide256pair"; returns false
 // for anything else.
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config);
 const char* moeTileConfigName(MoeTileConfig config);
@@ -66,10 +66,40 @@ struct MoeCudaOptions {
     bool fuse_small_routing = true;
     // With at most this many routing entries (capped at 256; 0: never) the down kernel also does the combine stage
     // (the arrival that completes each block of hidden rows sums it) and moeCombineCuda launches nothing. Each
-    // arrival stalls its consumer for a fence and an atomic, so this pays only while a down CTA has about one item
+    // arrival stalls its consumer for an acquire-release atomic, so this pays only while a down CTA has about one item
     // (docs/cuda-moe-notes.md, v8).
     int fused_combine_entries = 8;
+    // Tile shapes with token tiles by TMA (kWide128, kWide256, kTall128): each CTA takes its first work item
+    // statically and the next ones from a device-wide counter as it finishes, so CTAs that drew short items (an
+    // expert's last, partly filled token tile) take more; false: the static round robin blockIdx.x + i * gridDim.x.
+    bool dynamic_schedule = true;
+    // Up to 64 routing entries per expert (the memory-bound regime): each consumer hands a stage back to the producer
+    // as soon as its wgmma retire instead of after issuing the next stage's, so one more stage of weights is in
+    // flight; the wgmma of consecutive stages no longer overlap, which only the compute-bound batches would miss.
+    bool early_stage_release = true;
+    // Beyond 8 routing entries, the down kernel's CTAs issue their first weight copies before they wait for the
+    // gate-up kernel (false: never).
+    bool down_prefetch = true;
+    // Diagnostics (afd bench moe --timeline): when non-null, a device buffer of 2 * kMoeTraceMaxCtas *
+    // kMoeTraceSlots words into which each CTA of the gate-up (block 0) and down (block 1) GEMM kernels writes
+    // %globaltimer stamps (ns) of the MoeTraceEvent points, and its item count.
+    uint64_t* trace = nullptr;
 };
+
+// What each traced CTA records (MoeCudaOptions::trace); a zero time stamp means the CTA never got there.
+enum MoeTraceEvent : int {
+    kTraceEntry = 0,     // first instruction
+    kTraceSetup,         // barriers, prefixes (or the fused routing) ready
+    kTraceDependency,    // the producer has waited for the previous kernel (gate-up: in the prologue)
+    kTraceFirstLoad,     // the producer issues its first copy
+    kTraceFirstData,     // consumer warpgroup 0 has its first stage
+    kTraceLastMma,       // consumer warpgroup 0 finished the MMAs of its last item
+    kTraceEnd,           // consumer warpgroup 0 finished its last epilogue (and fused combine)
+    kTraceProducerDone,  // the producer issued its last copy
+    kTraceItems,         // items consumed (a count, not a time)
+    kMoeTraceSlots
+};
+inline constexpr int kMoeTraceMaxCtas = 1024;
 
 // The tile configuration moeForwardCuda uses for these params and options (never kAuto).
 MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions& options);

@@ -117,7 +117,7 @@ std::vector<Case> cases() {
 }
 
 constexpr MoeTileConfig kAllConfigs[] = {
-    MoeTileConfig::kAuto,          MoeTileConfig::kTiny16,   MoeTileConfig::kSmall16,     MoeTileConfig::kSmall32,
+    MoeTileConfig::kAuto,          MoeTileConfig::kTiny8,    MoeTileConfig::kSmall16,     MoeTileConfig::kSmall32,
     MoeTileConfig::kSmall64,       MoeTileConfig::kSmall128, MoeTileConfig::kWide128,     MoeTileConfig::kWide256,
     MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128,  MoeTileConfig::kWide128Pair, MoeTileConfig::kWide256Pair};
 
@@ -146,15 +146,26 @@ struct Mode {
     MoeTileConfig config;
     bool fuse_routing;
     int fused_combine_entries;
+    bool dynamic_schedule = true;
+    bool early_stage_release = true;
 };
+
+bool isPair(MoeTileConfig config) {
+    return config == MoeTileConfig::kWide128Pair || config == MoeTileConfig::kWide256Pair;
+}
 
 // Each configuration with the default options; when the case is small enough for the fused paths, also with the
 // permute and combine kernels, and with the permute kernel but the combine in the down kernel (allowed up to its
-// cap, so that down CTAs with many items arrive on each block several times).
+// cap, so that down CTAs with many items arrive on each block several times). The shapes that may take items from
+// the device-wide counter (all but the pairs) also run with the static round robin and the stages released after
+// the next stage's wgmma.
 std::vector<Mode> configsAndFusionModes(const Case& c) {
     std::vector<Mode> modes;
     for (const MoeTileConfig t : configsFor(c)) {
         modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries});
+        if (!isPair(t)) {
+            modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, false, false});
+        }
         if (c.tokens * c.top_k <= 256) {
             modes.push_back({t, false, 0});
             modes.push_back({t, false, 256});
@@ -165,7 +176,8 @@ std::vector<Mode> configsAndFusionModes(const Case& c) {
 
 int blockTokens(MoeTileConfig config) {
     switch (config) {
-        case MoeTileConfig::kTiny16:
+        case MoeTileConfig::kTiny8:
+            return 8;
         case MoeTileConfig::kSmall16:
             return 16;
         case MoeTileConfig::kSmall32:
@@ -279,11 +291,15 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
         for (const Mode& mode : configsAndFusionModes(c)) {
             SCOPED_TRACE(testing::Message()
                          << moeTileConfigName(mode.config) << (mode.fuse_routing ? " fused routing" : "")
-                         << " fused combine up to " << mode.fused_combine_entries << " entries");
+                         << " fused combine up to " << mode.fused_combine_entries << " entries"
+                         << (mode.dynamic_schedule ? "" : " static schedule")
+                         << (mode.early_stage_release ? "" : " late stage release"));
             MoeCudaOptions options;
             options.tile = mode.config;
             options.fuse_small_routing = mode.fuse_routing;
             options.fused_combine_entries = mode.fused_combine_entries;
+            options.dynamic_schedule = mode.dynamic_schedule;
+            options.early_stage_release = mode.early_stage_release;
             const MoeTileConfig resolved = resolveMoeTileConfig(params, options);
             const MoeWorkspaceView view = moeWorkspaceView(params, p.d_ws.get(), p.d_ws.bytes());
 
@@ -410,6 +426,50 @@ TEST(MoeCudaTest, GraphReplayFollowsNewRouting) {
     }
 }
 
+// A GEMM stage replayed alone (as the benchmark times it) after a whole layer finds its dynamic-schedule counters
+// reset by its own previous launch: every replay serves every item and gives the same bits.
+TEST(MoeCudaTest, StagesReplayedAloneServeEveryItem) {
+    AFD_REQUIRE_HOPPER();
+    std::mt19937 rng(91);
+    Problem p({"replay", 900, 256, 128, 8, 4, Routing::kSkewed}, rng);
+    const MoeParams params = p.params();
+    for (const MoeTileConfig tile : {MoeTileConfig::kWide128, MoeTileConfig::kWide256, MoeTileConfig::kTall128}) {
+        SCOPED_TRACE(moeTileConfigName(tile));
+        MoeCudaOptions options;
+        options.tile = tile;
+        const MoeWorkspaceView view = moeWorkspaceView(params, p.d_ws.get(), p.d_ws.bytes());
+        p.poisonOutputs();
+        moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+        AFD_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> want = p.out();
+        const size_t h_bytes = static_cast<size_t>(900 * 4 * 128) * 2;
+        const size_t y_bytes = static_cast<size_t>(900 * 4 * 256) * 2;
+        std::vector<uint16_t> h_first(h_bytes / 2);
+        std::vector<uint16_t> y_first(y_bytes / 2);
+        AFD_CUDA_CHECK(cudaMemcpy(h_first.data(), view.h, h_bytes, cudaMemcpyDeviceToHost));
+        AFD_CUDA_CHECK(cudaMemcpy(y_first.data(), view.y, y_bytes, cudaMemcpyDeviceToHost));
+        for (int replay = 0; replay < 3; ++replay) {
+            AFD_CUDA_CHECK(cudaMemset(view.y, 0xff, y_bytes));
+            moeDownCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+            AFD_CUDA_CHECK(cudaDeviceSynchronize());
+            std::vector<uint16_t> y(y_bytes / 2);
+            AFD_CUDA_CHECK(cudaMemcpy(y.data(), view.y, y_bytes, cudaMemcpyDeviceToHost));
+            EXPECT_EQ(y, y_first) << "down replay " << replay;
+        }
+        for (int replay = 0; replay < 2; ++replay) {
+            AFD_CUDA_CHECK(cudaMemset(view.h, 0xff, h_bytes));
+            moeGateUpCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+            AFD_CUDA_CHECK(cudaDeviceSynchronize());
+            std::vector<uint16_t> h(h_bytes / 2);
+            AFD_CUDA_CHECK(cudaMemcpy(h.data(), view.h, h_bytes, cudaMemcpyDeviceToHost));
+            EXPECT_EQ(h, h_first) << "gate-up replay " << replay;
+        }
+        moeCombineCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+        AFD_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(p.out(), want);
+    }
+}
+
 // Error paths: checked before any device work, so they run without a GPU too.
 MoeParams validParams() {
     MoeParams p;
@@ -466,9 +526,9 @@ TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
     p.top_k = 8;
     MoeCudaOptions options;
     p.num_tokens = 1;
-    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kTiny16);
+    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kTiny8);
     p.num_tokens = 2;
-    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kTiny16);
+    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kTiny8);
     p.num_tokens = 3;
     EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall16);
     p.num_tokens = 64;

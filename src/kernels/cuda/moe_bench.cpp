@@ -230,6 +230,72 @@ struct Layer {
     }
 };
 
+const char* traceEventName(int event) {
+    static const char* const kNames[kMoeTraceSlots] = {"entry",    "setup", "dependency", "first-load", "first-data",
+                                                       "last-mma", "end",   "prod-done",  "items"};
+    return kNames[event];
+}
+
+// The traced run's stamps (MoeCudaOptions::trace, both kernels) as text: for each kernel the CTAs that ran and
+// their item counts, then each event's min / median / max over the CTAs that reached it, in us from the first
+// CTA entry of either kernel.
+std::string summariseTrace(const std::vector<uint64_t>& stamps, double layer_us) {
+    uint64_t t0 = ~uint64_t{0};
+    for (int k = 0; k < 2; ++k) {
+        for (int cta = 0; cta < kMoeTraceMaxCtas; ++cta) {
+            const uint64_t v = stamps[static_cast<size_t>((k * kMoeTraceMaxCtas + cta) * kMoeTraceSlots + kTraceEntry)];
+            if (v != 0) {
+                t0 = std::min(t0, v);
+            }
+        }
+    }
+    std::string text =
+        fmt::format("  timeline (traced replay {:.1f} us; us from the first CTA entry, min/median/max)\n", layer_us);
+    const char* const kernel_names[2] = {"gate-up", "down"};
+    for (int k = 0; k < 2; ++k) {
+        auto at = [&](int cta, int event) {
+            return stamps[static_cast<size_t>((k * kMoeTraceMaxCtas + cta) * kMoeTraceSlots + event)];
+        };
+        int ran = 0;
+        int with_items = 0;
+        uint64_t min_items = ~uint64_t{0};
+        uint64_t max_items = 0;
+        for (int cta = 0; cta < kMoeTraceMaxCtas; ++cta) {
+            if (at(cta, kTraceEntry) == 0) {
+                continue;
+            }
+            ++ran;
+            const uint64_t items = at(cta, kTraceItems);
+            if (items > 0) {
+                ++with_items;
+                min_items = std::min(min_items, items);
+                max_items = std::max(max_items, items);
+            }
+        }
+        if (ran == 0) {
+            continue;
+        }
+        text += fmt::format("  {:<8} {} CTAs, {} with items ({}..{} each)\n", kernel_names[k], ran, with_items,
+                            with_items > 0 ? min_items : 0, max_items);
+        for (int event = kTraceEntry; event < kTraceItems; ++event) {
+            std::vector<double> us;
+            for (int cta = 0; cta < kMoeTraceMaxCtas; ++cta) {
+                const uint64_t v = at(cta, event);
+                if (v != 0 && at(cta, kTraceEntry) != 0) {
+                    us.push_back(static_cast<double>(v - t0) * 1e-3);
+                }
+            }
+            if (us.empty()) {
+                continue;
+            }
+            std::sort(us.begin(), us.end());
+            text += fmt::format("    {:<11} {:8.2f} {:8.2f} {:8.2f}   ({} CTAs)\n", traceEventName(event), us.front(),
+                                us[us.size() / 2], us.back(), us.size());
+        }
+    }
+    return text;
+}
+
 }  // namespace
 
 std::string routingFileName(const std::string& routing, int64_t tokens) {
@@ -286,6 +352,9 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 options.tile = tile;
                 options.fuse_small_routing = o.fuse_small_routing;
                 options.fused_combine_entries = o.fused_combine_entries;
+                options.dynamic_schedule = o.dynamic_schedule;
+                options.early_stage_release = o.early_stage_release;
+                options.down_prefetch = o.down_prefetch;
                 MoeBenchRow row;
                 row.tokens = tokens;
                 row.routing = kind;
@@ -310,6 +379,28 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 row.median_us = t.median_us;
                 row.p10_us = t.p10_us;
                 row.p90_us = t.p90_us;
+                if (o.timeline) {
+                    // One traced replay of the last layer right after the others, so its weights are not in L2.
+                    DeviceMemory trace(size_t{2} * kMoeTraceMaxCtas * kMoeTraceSlots * 8);
+                    AFD_CUDA_CHECK(cudaMemsetAsync(trace.get(), 0, trace.bytes(), s));
+                    MoeCudaOptions traced = options;
+                    traced.trace = trace.as<uint64_t>();
+                    const int last = o.layers - 1;
+                    const Graph graph(s, [&] { moeForwardCuda(params(last), ws, ws_bytes, s, traced); });
+                    for (int l = 0; l < last; ++l) {
+                        graphs[static_cast<size_t>(l)]->launch(s);
+                    }
+                    const Events events(2);
+                    AFD_CUDA_CHECK(cudaEventRecord(events[0], s));
+                    graph.launch(s);
+                    AFD_CUDA_CHECK(cudaEventRecord(events[1], s));
+                    AFD_CUDA_CHECK(cudaStreamSynchronize(s));
+                    float ms = 0;
+                    AFD_CUDA_CHECK(cudaEventElapsedTime(&ms, events[0], events[1]));
+                    std::vector<uint64_t> stamps(trace.bytes() / 8);
+                    AFD_CUDA_CHECK(cudaMemcpy(stamps.data(), trace.get(), trace.bytes(), cudaMemcpyDeviceToHost));
+                    row.timeline = summariseTrace(stamps, ms * 1e3);
+                }
                 if (o.stages) {
                     using StageFn = void (*)(const MoeParams&, void*, size_t, void*, const MoeCudaOptions&);
                     const StageFn stages[4] = {&moePermuteCuda, &moeGateUpCuda, &moeDownCuda, &moeCombineCuda};

@@ -28,6 +28,12 @@ struct MoeBenchOptions {
     bool stages = true;              // also time the four stages apart (graphs of one stage each)
     bool fuse_small_routing = true;  // MoeCudaOptions::fuse_small_routing
     int fused_combine_entries = MoeCudaOptions{}.fused_combine_entries;  // MoeCudaOptions::fused_combine_entries
+    bool dynamic_schedule = MoeCudaOptions{}.dynamic_schedule;           // MoeCudaOptions::dynamic_schedule
+    bool early_stage_release = MoeCudaOptions{}.early_stage_release;     // MoeCudaOptions::early_stage_release
+    bool down_prefetch = MoeCudaOptions{}.down_prefetch;                 // MoeCudaOptions::down_prefetch
+    // Also run each point once more with MoeCudaOptions::trace and summarise when the GEMM kernels' CTAs reach each
+    // MoeTraceEvent (MoeBenchRow::timeline).
+    bool timeline = false;
     std::string dump_routing_dir;  // if set, writes routing_<name>_T<T>.bin for the peer scripts
     uint64_t seed = 1;
 };
@@ -51,6 +57,7 @@ struct MoeBenchRow {
     double gate_up_us = 0;
     double down_us = 0;
     double combine_us = 0;
+    std::string timeline;  // MoeBenchOptions::timeline: a few lines of text, empty otherwise
 };
 
 struct MoeBenchResult {

@@ -12,6 +12,7 @@ namespace afd::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kBatch = 8;  // routing entries whose rows of y are read together
 
 __device__ __forceinline__ void accumulate(float (&acc)[8], const uint4& packed, float w) {
     const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
@@ -37,11 +38,26 @@ __global__ void __launch_bounds__(kThreads) combineKernel(const int32_t* entry_s
     const float* weights = topk_weights + static_cast<int64_t>(t) * top_k;
     for (int h = threadIdx.x * 8; h < hidden; h += kThreads * 8) {
         float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        for (int j = 0; j < top_k; ++j) {
-            const int slot = __ldg(slots + j);
-            if (slot >= 0) {
-                const uint4 packed = *reinterpret_cast<const uint4*>(y + static_cast<int64_t>(slot) * hidden + h);
-                accumulate(acc, packed, __ldg(weights + j));
+        // kBatch entries' rows are loaded before any is summed (the sum stays in entry order), so each thread has
+        // that many 16-byte reads of y in flight rather than one.
+        for (int j0 = 0; j0 < top_k; j0 += kBatch) {
+            int slot[kBatch];
+            uint4 packed[kBatch];
+#pragma unroll
+            for (int q = 0; q < kBatch; ++q) {
+                slot[q] = j0 + q < top_k ? __ldg(slots + j0 + q) : -1;
+            }
+#pragma unroll
+            for (int q = 0; q < kBatch; ++q) {
+                if (slot[q] >= 0) {
+                    packed[q] = *reinterpret_cast<const uint4*>(y + static_cast<int64_t>(slot[q]) * hidden + h);
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < kBatch; ++q) {
+                if (slot[q] >= 0) {
+                    accumulate(acc, packed[q], __ldg(weights + j0 + q));
+                }
             }
         }
         uint4 result;

@@ -29,6 +29,7 @@ struct WorkspaceLayout {
     size_t tile_offset = 0;
     size_t chunk_counts = 0;
     size_t combine_counters = 0;
+    size_t schedule = 0;  // [2 * kScheduleWords] dynamic scheduling words: gate-up, then down
     size_t entry_slot = 0;
     size_t slot_token = 0;
     size_t x_sorted = 0;
@@ -51,6 +52,8 @@ WorkspaceLayout workspaceLayout(int64_t tokens, int64_t top_k, int64_t experts, 
     at = alignUp(at + static_cast<size_t>(cuda::permuteChunks(static_cast<int>(entries))) * experts * 4);
     l.combine_counters = at;
     at = alignUp(at + static_cast<size_t>(hidden / 64) * 4);
+    l.schedule = at;
+    at = alignUp(at + 2 * cuda::kScheduleWords * 4);
     l.entry_slot = at;
     at = alignUp(at + entries * 4);
     l.slot_token = at;
@@ -84,7 +87,16 @@ void checkMoeParams(const MoeParams& p) {
     }
 }
 
-// Up to this many routing entries kAuto takes kTiny16 (each CTA streams about one weight tile per kernel, so
+// MoeCudaOptions::early_stage_release applies up to this many routing entries per expert (the memory-bound regime:
+// at 256 the wide128 tile measured 10 % slower with it, at 64 1 % faster).
+constexpr int64_t kEarlyReleaseEntriesPerExpert = 64;
+
+// Up to this many routing entries (one token at top-8) the down kernel issues no weight copy before the gate-up
+// kernel has finished: its copies would share DRAM with the gate-up kernel's, whose end is the critical path, and
+// measured 29.3 against 30.9 us at T = 1; at T = 2 the prefetch gains (44.9 against 46.7 us).
+constexpr int64_t kNoDownPrefetchEntries = 8;
+
+// Up to this many routing entries kAuto takes kTiny8 (each CTA streams about one weight tile per kernel, so
 // the down kernel's weights can stream beside the gate-up kernel's).
 constexpr int64_t kTinyEntries = 16;
 
@@ -162,8 +174,8 @@ cudaError_t dispatchGroupedGemm(MoeTileConfig config, bool gate_up, const CUtens
                                 bool programmatic) {
     const int sms = smCount();
     switch (config) {
-        case MoeTileConfig::kTiny16:
-            return cuda::launchGroupedGemmTiny16(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
+        case MoeTileConfig::kTiny8:
+            return cuda::launchGroupedGemmTiny8(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
         case MoeTileConfig::kSmall16:
             return cuda::launchGroupedGemmSmall16(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
         case MoeTileConfig::kSmall32:
@@ -201,7 +213,9 @@ struct Resolved {
     MoeWorkspaceView view;
     bool fused_routing;  // the GEMM kernels compute the routing (moe_fused_routing.cuh)
     bool fused_combine;  // the down kernel does the combine (moe_fused_combine.cuh)
+    bool dynamic;        // dynamic item scheduling (GroupedGemmArgs::schedule)
     int32_t* combine_counters;
+    int32_t* schedule;  // [2 * kScheduleWords]: gate-up, then down
 };
 
 Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_bytes, const MoeCudaOptions& options) {
@@ -217,10 +231,12 @@ Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_byte
     const WorkspaceLayout l =
         workspaceLayout(params.num_tokens, params.top_k, params.num_experts, params.hidden, params.inter);
     r.combine_counters = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + l.combine_counters);
+    r.dynamic = options.dynamic_schedule && r.shape.tma_tokens && r.shape.cluster == 1;
+    r.schedule = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + l.schedule);
     return r;
 }
 
-GroupedGemmArgs commonArgs(const MoeParams& params, const Resolved& r) {
+GroupedGemmArgs commonArgs(const MoeParams& params, const Resolved& r, const MoeCudaOptions& options, bool gate_up) {
     GroupedGemmArgs args;
     args.slot_token = r.view.slot_token;
     args.slot_offset = r.view.slot_offset;
@@ -230,9 +246,20 @@ GroupedGemmArgs commonArgs(const MoeParams& params, const Resolved& r) {
     args.weights_read_once =
         params.num_tokens * params.top_k <= params.num_experts * static_cast<int64_t>(r.shape.block_tokens) ? 1 : 0;
     args.top_k = static_cast<int>(params.top_k);
+    const bool memory_bound = params.num_tokens * params.top_k <= kEarlyReleaseEntriesPerExpert * params.num_experts;
+    args.release_early = options.early_stage_release && memory_bound ? 1 : 0;
+    args.max_token_tiles = static_cast<int>(params.num_tokens * params.top_k);
     if (r.fused_routing) {
         args.fused_entries = static_cast<int>(params.num_tokens * params.top_k);
         args.topk_ids = params.topk_ids;
+    }
+    if (r.dynamic) {
+        // The permute kernel zeroes the gate-up kernel's words, the gate-up kernel the down kernel's.
+        args.schedule = r.schedule + (gate_up ? 0 : cuda::kScheduleWords);
+        args.down_schedule = gate_up ? r.schedule + cuda::kScheduleWords : nullptr;
+    }
+    if (options.trace != nullptr) {
+        args.trace = options.trace + (gate_up ? 0 : kMoeTraceMaxCtas * kMoeTraceSlots);
     }
     if (r.fused_combine) {
         // The gate-up kernel zeroes the counters, the down kernel combines into out.
@@ -249,8 +276,8 @@ namespace cuda {
 
 TileShape tileShape(MoeTileConfig config) {
     switch (config) {
-        case MoeTileConfig::kTiny16:
-            return kTiny16Shape;
+        case MoeTileConfig::kTiny8:
+            return kTiny8Shape;
         case MoeTileConfig::kSmall16:
             return kSmall16Shape;
         case MoeTileConfig::kSmall32:
@@ -281,7 +308,7 @@ TileShape tileShape(MoeTileConfig config) {
 
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config) {
     static constexpr MoeTileConfig kAll[] = {
-        MoeTileConfig::kAuto,    MoeTileConfig::kTiny16,      MoeTileConfig::kSmall16,
+        MoeTileConfig::kAuto,    MoeTileConfig::kTiny8,       MoeTileConfig::kSmall16,
         MoeTileConfig::kSmall32, MoeTileConfig::kSmall64,     MoeTileConfig::kSmall128,
         MoeTileConfig::kWide128, MoeTileConfig::kWide256,     MoeTileConfig::kWide256Gather,
         MoeTileConfig::kTall128, MoeTileConfig::kWide128Pair, MoeTileConfig::kWide256Pair};
@@ -298,8 +325,8 @@ const char* moeTileConfigName(MoeTileConfig config) {
     switch (config) {
         case MoeTileConfig::kAuto:
             return "auto";
-        case MoeTileConfig::kTiny16:
-            return "tiny16";
+        case MoeTileConfig::kTiny8:
+            return "tiny8";
         case MoeTileConfig::kSmall16:
             return "small16";
         case MoeTileConfig::kSmall32:
@@ -338,7 +365,7 @@ MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions
     // simpler launch is kept.
     const int64_t mean = params.num_experts > 0 ? params.num_tokens * params.top_k / params.num_experts : 0;
     MoeTileConfig config =
-        params.num_tokens * params.top_k <= kTinyEntries ? MoeTileConfig::kTiny16 : MoeTileConfig::kSmall16;
+        params.num_tokens * params.top_k <= kTinyEntries ? MoeTileConfig::kTiny8 : MoeTileConfig::kSmall16;
     if (mean > 128) {
         config = MoeTileConfig::kWide256;
     } else if (mean > 32) {
@@ -384,11 +411,11 @@ void moePermuteCuda(const MoeParams& params, void* workspace, size_t workspace_b
     if (params.num_tokens == 0 || r.fused_routing) {
         return;
     }
-    AFD_CUDA_CHECK(cuda::launchMoePermute(params.topk_ids, static_cast<int>(params.num_tokens * params.top_k),
-                                          static_cast<int>(params.top_k), static_cast<int>(params.num_experts),
-                                          r.shape.block_tokens, r.view.expert_count, r.view.slot_offset,
-                                          r.view.tile_offset, r.view.entry_slot, r.view.slot_token, r.view.chunk_counts,
-                                          asStream(stream), options.programmatic_launch));
+    AFD_CUDA_CHECK(cuda::launchMoePermute(
+        params.topk_ids, static_cast<int>(params.num_tokens * params.top_k), static_cast<int>(params.top_k),
+        static_cast<int>(params.num_experts), r.shape.block_tokens, r.view.expert_count, r.view.slot_offset,
+        r.view.tile_offset, r.view.entry_slot, r.view.slot_token, r.view.chunk_counts, r.dynamic ? r.schedule : nullptr,
+        asStream(stream), options.programmatic_launch));
 }
 
 void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,
@@ -398,7 +425,7 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
         return;
     }
     const int64_t rows = params.num_tokens * params.top_k;
-    GroupedGemmArgs args = commonArgs(params, r);
+    GroupedGemmArgs args = commonArgs(params, r, options, true);
     args.b_src = reinterpret_cast<const uint16_t*>(params.x);
     args.out = reinterpret_cast<uint16_t*>(r.view.h);
     args.k = static_cast<int>(params.hidden);
@@ -445,7 +472,7 @@ void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_byte
         return;
     }
     const int64_t rows = params.num_tokens * params.top_k;
-    GroupedGemmArgs args = commonArgs(params, r);
+    GroupedGemmArgs args = commonArgs(params, r, options, false);
     args.b_src = reinterpret_cast<const uint16_t*>(r.view.h);
     args.out = reinterpret_cast<uint16_t*>(r.view.y);
     args.k = static_cast<int>(params.inter);
@@ -453,6 +480,7 @@ void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_byte
     args.out_ld = static_cast<int>(params.hidden);
     args.a_rows = static_cast<int>(params.hidden);
     args.n_tiles = static_cast<int>(params.hidden / cuda::downRowsPerItem(r.shape));
+    args.prefetch_before_wait = options.down_prefetch && rows > kNoDownPrefetchEntries ? 1 : 0;
     if (r.fused_combine) {
         args.combine.entry_slot = r.view.entry_slot;
         args.combine.topk_weights = params.topk_weights;

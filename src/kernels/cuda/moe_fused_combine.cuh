@@ -15,10 +15,14 @@ namespace afd::kernels::cuda::grouped_gemm {
 
 // out[t, h0 .. h0 + 64) = sum over t's served entries j of topk_weight * y[slot, h0 .. h0 + 64) for every token,
 // by the 128 threads of one warpgroup (ctid): 8 threads per token, 8 values (16 bytes) each. y and out are bf16
-// rows of `hidden`; zero for a token with no served entry.
-__device__ __forceinline__ void combineHiddenBlock(const GroupedGemmArgs& args, const uint16_t* y, int hidden, int h0,
+// rows of `hidden`; zero for a token with no served entry. entry_slot and weights [T * top_k] are
+// args.combine's global arrays or copies in shared memory (generic pointers).
+__device__ __forceinline__ void combineHiddenBlock(const GroupedGemmArgs& args, const int* entry_slot,
+                                                   const float* weights, const uint16_t* y, int hidden, int h0,
                                                    int ctid) {
-    constexpr int kBatch = 4;  // entries whose loads are in flight together (the sum stays in entry order)
+    // Entries whose loads are in flight together (the sum stays in entry order). NOTE: 8 made ptxas spill in the
+    // four-CTAs-per-SM tiny8 down kernel (64 registers), which cost more than the second round trip saves.
+    constexpr int kBatch = 4;
     const int col = h0 + (ctid & 7) * 8;
     for (int t = ctid >> 3; t < args.combine.num_tokens; t += 16) {
         float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -29,14 +33,14 @@ __device__ __forceinline__ void combineHiddenBlock(const GroupedGemmArgs& args, 
 #pragma unroll
             for (int q = 0; q < kBatch; ++q) {
                 const int j = j0 + q;
-                slot[q] = j < args.top_k ? args.combine.entry_slot[t * args.top_k + j] : -1;
+                slot[q] = j < args.top_k ? entry_slot[t * args.top_k + j] : -1;
             }
 #pragma unroll
             for (int q = 0; q < kBatch; ++q) {
                 w[q] = 0.0f;
                 packed[q] = make_uint4(0, 0, 0, 0);
                 if (slot[q] >= 0) {
-                    w[q] = __ldg(args.combine.topk_weights + t * args.top_k + j0 + q);
+                    w[q] = weights[t * args.top_k + j0 + q];
                     // NOTE: y was written by other CTAs during this kernel: read it from L2 (ld.global.cg).
                     packed[q] =
                         __ldcg(reinterpret_cast<const uint4*>(y + static_cast<int64_t>(slot[q]) * hidden + col));
@@ -70,21 +74,21 @@ __device__ __forceinline__ void combineHiddenBlock(const GroupedGemmArgs& args, 
 // one item: counts the block as written, and the arrival that completes it (`total_tiles` arrivals: one per token
 // tile of every expert) combines the block and resets its counter. `flag` is a shared-memory int of this warpgroup
 // that no thread reads or writes between its epilogues.
-__device__ __forceinline__ void fusedCombineArrive(const GroupedGemmArgs& args, int total_tiles, int block, int wg,
-                                                   int ctid, int* flag) {
-    // The warpgroup's y stores precede thread 0's fence (through the barrier), which makes them visible device-wide
-    // before the arrival; one fence instead of one per thread keeps the consumer's stall short.
+__device__ __forceinline__ void fusedCombineArrive(const GroupedGemmArgs& args, const int* entry_slot,
+                                                   const float* weights, int total_tiles, int block, int wg, int ctid,
+                                                   int* flag) {
+    // The warpgroup's y stores precede thread 0's arrival (through the barrier), whose release makes them visible
+    // device-wide before the count; its acquire makes the earlier arrivals' y stores visible to the completing
+    // warpgroup (through the second barrier). One thread and one atomic keep the consumer's stall short.
     sm90::namedBarrierSync(1 + wg, 128);
     if (ctid == 0) {
-        __threadfence();
-        *flag = atomicAdd(args.combine.counters + block, 1) == total_tiles - 1 ? 1 : 0;
+        *flag = sm90::atomicAddAcqRel(args.combine.counters + block, 1) == total_tiles - 1 ? 1 : 0;
     }
     sm90::namedBarrierSync(1 + wg, 128);
     if (*flag == 0) {
         return;  // the same for every thread of the warpgroup
     }
-    __threadfence();  // the other arrivals' y stores before this block's reads
-    combineHiddenBlock(args, args.out, args.out_ld, 64 * block, ctid);
+    combineHiddenBlock(args, entry_slot, weights, args.out, args.out_ld, 64 * block, ctid);
     if (ctid == 0) {
         args.combine.counters[block] = 0;
     }

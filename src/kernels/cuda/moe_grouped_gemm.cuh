@@ -64,7 +64,14 @@ struct Layout {
     static constexpr int kBOffset = kAOffset + kStages * kABytes;
     static constexpr int kEpiOffset = kBOffset + kStages * kBBytes;
     static constexpr int kBarOffset = kEpiOffset + kConsumers * kEpiBytes;
-    static constexpr int kPrefixOffset = kBarOffset + 2 * kStages * 8;
+    // Dynamic scheduling: the producer hands each item it takes to the consumers through a ring of kItemSlots
+    // (full/empty barrier pairs, then the item numbers).
+    static constexpr int kItemSlots = 4;
+    static constexpr int kItemBarOffset = kBarOffset + 2 * kStages * 8;
+    static constexpr int kItemRingOffset = kItemBarOffset + 2 * kItemSlots * 8;
+    static constexpr int kPrefixOffset = kItemRingOffset + kItemSlots * 4;
+    // Threads that read each handed-over item: the consumers (the producer's single TMA thread takes them).
+    static constexpr int kItemReaders = kConsumers * kWarpgroup;
     // After the prefixes [2 (E + 1)]: fused-routing scratch, ids and slot tokens [kFusedRoutingEntries] each,
     // counts [E].
     static constexpr int kThreads = kWarpgroup * (kConsumers + 1);
@@ -74,9 +81,9 @@ struct Layout {
     static_assert(kEpiBytes % 16 == 0 && kBarOffset % 8 == 0, "staging and barriers alignment");
     static_assert(kBlocks * kWeightRowsPerConsumer <= 256 && kBlockTokens <= 256, "TMA boxes have <= 256 rows");
     static_assert(kCluster == 1 || (kCluster == 2 && kTmaTokens), "clusters multicast token TMA boxes");
-    // CTAs per SM the registers must allow: the short 16-token pipeline (about 66 KB of shared memory) runs three,
-    // the other one-consumer shapes two.
-    static constexpr int kMinCtasPerSm = kConsumers > 1 ? 1 : (kBlockTokens == 16 && kStages <= 6 ? 3 : 2);
+    // CTAs per SM the registers must allow: the 8-token pipeline (51 KB of shared memory in the down kernel) runs up
+    // to four, the other one-consumer shapes two.
+    static constexpr int kMinCtasPerSm = kConsumers > 1 ? 1 : (kBlockTokens == 8 ? 4 : 2);
     // Arrivals that release a stage: every consumer thread (one CTA), or one per consumer warp of each CTA.
     static constexpr int kEmptyArrivals = kCluster == 1 ? kConsumers * kWarpgroup : kCluster * kConsumers * 4;
 
@@ -98,12 +105,14 @@ struct Item {
     int ntok;       // tokens in the tile, 1..kBlockTokens
 };
 
-// Item `it` of the expert-major list; tiles/slots are the shared-memory copies of tile_offset/slot_offset.
+// Item `it` of the expert-major list. tiles/slots [rows + 1] are the shared-memory copies of tile_offset /
+// slot_offset (rows = E, experts = null), or the compact rows of fusedRoutingWarp (row r is expert experts[r]).
 template <int kBlockTokens>
-__device__ __forceinline__ Item decodeItem(int it, const int* tiles, const int* slots, int num_experts, int n_tiles) {
-    // The largest expert whose first item is <= it; it cannot be an empty expert (its successor would qualify).
+__device__ __forceinline__ Item decodeItem(int it, const int* tiles, const int* slots, const int* experts, int rows,
+                                           int n_tiles) {
+    // The largest row whose first item is <= it; it cannot be an empty row (its successor would qualify).
     int lo = 0;
-    int hi = num_experts - 1;
+    int hi = rows - 1;
     while (lo < hi) {
         const int mid = (lo + hi + 1) >> 1;
         if (tiles[mid] * n_tiles <= it) {
@@ -118,7 +127,7 @@ __device__ __forceinline__ Item decodeItem(int it, const int* tiles, const int* 
     const int m = local - n * m_tiles;
     const int count = slots[lo + 1] - slots[lo];
     Item item;
-    item.expert = lo;
+    item.expert = experts != nullptr ? experts[lo] : lo;
     item.n_tile = n;
     item.slot_base = slots[lo] + m * kBlockTokens;
     item.ntok = min(kBlockTokens, count - m * kBlockTokens);
@@ -135,9 +144,15 @@ __device__ __forceinline__ int paddedTokens(int ntok) {
     return n;
 }
 
-__device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }
+// silu with the approximate divide: the epilogue of a 256-token gate-up item computes 128 of them per thread while
+// the tensor cores wait. exp(-v) = inf for v < -88 gives -0, as the exact quotient rounds to in bf16.
+__device__ __forceinline__ float silu(float v) { return __fdividef(v, 1.0f + __expf(-v)); }
 
-__device__ __forceinline__ uint16_t toBf16Bits(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+// Two floats as bf16x2 (lo in the low half), round to nearest even.
+__device__ __forceinline__ uint32_t packBf16x2(float lo, float hi) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&pair);
+}
 
 template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
 struct Kernel {
@@ -149,16 +164,62 @@ struct Kernel {
         uint64_t* empty;
         const int* tiles;
         const int* slots;
+        const int* experts;     // compact routing rows' experts, or null (row = expert)
+        const int* entry_slot;  // fused combine: slot of each entry and its routing weight (shared copies with the
+        const float* weights;   // one-warp routing, else args.combine's arrays)
+        int rows;               // rows of tiles / slots before the totals
         const int* slot_token;  // shared copy with fused routing, else null (read args.slot_token)
         int rank;               // CTA rank in the cluster
         int item_begin;         // first item (pair of items with kCluster = 2) of this CTA, and the stride
         int item_stride;
+        bool dynamic;          // later items from args.schedule, handed over through the item ring
+        uint64_t* item_full;   // [kItemSlots]
+        uint64_t* item_empty;  // [kItemSlots]
+        int* item_ring;        // [kItemSlots] item number, -1 = no more items
     };
+
+    // Diagnostics: the time (or, for kTraceItems, a count) of `event` for this CTA (MoeCudaOptions::trace).
+    __device__ __forceinline__ static void trace(const GroupedGemmArgs& args, int event, uint64_t value) {
+        if (args.trace != nullptr && blockIdx.x < static_cast<unsigned>(kMoeTraceMaxCtas)) {
+            args.trace[blockIdx.x * kMoeTraceSlots + event] = value;
+        }
+    }
+    __device__ __forceinline__ static void traceNow(const GroupedGemmArgs& args, int event) {
+        if (args.trace != nullptr) {
+            trace(args, event, sm90::globalTimer());
+        }
+    }
+
+    // Dynamic scheduling (token-TMA shapes: one producer thread), producer side: hands item number `value` (-1: none
+    // left) to the consumers as the CTA's n-th item.
+    __device__ __forceinline__ static void publishItem(const Shared& sh, int n, int value) {
+        const int slot = n % L::kItemSlots;
+        sm90::mbarWait(&sh.item_empty[slot], ((n / L::kItemSlots) & 1) ^ 1);
+        sh.item_ring[slot] = value;
+        sm90::mbarArrive(&sh.item_full[slot]);  // release: the ring store is visible to the waiting consumers
+    }
+    // Consumer side (every consumer thread): the CTA's n-th item number, -1 when there is none.
+    __device__ __forceinline__ static int takeItem(const Shared& sh, int n) {
+        const int slot = n % L::kItemSlots;
+        sm90::mbarWait(&sh.item_full[slot], (n / L::kItemSlots) & 1);
+        const int value = sh.item_ring[slot];
+        sm90::mbarArrive(&sh.item_empty[slot]);
+        return value;
+    }
+    // The producer has taken its last item: the CTA that completes the count resets both counters, so that the
+    // next launch (a replay of this kernel alone included) starts from zero. Every CTA has finished taking by
+    // then, and the next launch reads the counters only after this grid has completed.
+    __device__ __forceinline__ static void finishTaking(const GroupedGemmArgs& args) {
+        if (atomicAdd(args.schedule + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+            args.schedule[0] = 0;
+            args.schedule[1] = 0;
+        }
+    }
 
     // Item `it` of this CTA: with kCluster = 2, `it` numbers (expert, weight-tile pair, token tile) and the CTA
     // takes the pair's weight tile of its rank.
     __device__ __forceinline__ static Item itemAt(int it, const GroupedGemmArgs& args, const Shared& sh) {
-        Item item = decodeItem<kBlockTokens>(it, sh.tiles, sh.slots, args.num_experts, args.n_tiles / kCluster);
+        Item item = decodeItem<kBlockTokens>(it, sh.tiles, sh.slots, sh.experts, sh.rows, args.n_tiles / kCluster);
         item.n_tile = item.n_tile * kCluster + sh.rank;
         return item;
     }
@@ -281,24 +342,48 @@ struct Kernel {
         const uint64_t policy = args.weights_read_once ? sm90::policyEvictFirst() : sm90::policyEvictNormal();
         const uint64_t token_policy = sm90::policyEvictLast();
         int prefetched = 0;
+        if (ptid == 0) {
+            traceNow(args, kTraceFirstLoad);
+        }
         if constexpr (!kGateUp) {
-            // The weights do not depend on the previous kernel: start streaming them before waiting for it.
-            for (int it = sh.item_begin; it < total_items && prefetched < kStages; it += sh.item_stride) {
+            // The weights do not depend on the previous kernel: start streaming them before waiting for it (with
+            // dynamic scheduling only the first item is known before the wait).
+            for (int it = sh.item_begin; args.prefetch_before_wait && it < total_items && prefetched < kStages;
+                 it += sh.item_stride) {
                 const Item item = itemAt(it, args, sh);
                 for (int kb = 0; kb < k_blocks && prefetched < kStages; ++kb, ++prefetched) {
                     if (ptid == 0) {
                         issueWeights(tmap, args, sh, prefetched, item, kb, policy);
                     }
                 }
+                if (sh.dynamic) {
+                    break;
+                }
             }
             sm90::gridDependencyWait();
             sm90::launchDependents();
+            if (ptid == 0) {
+                traceNow(args, kTraceDependency);
+            }
         }
         if (kTmaTokens && ptid != 0) {
             return;  // one thread issues every copy
         }
         int iter = 0;
-        for (int it = sh.item_begin; it < total_items; it += sh.item_stride) {
+        int taken = 0;  // items handed to the consumers (dynamic scheduling)
+        int next = 0;
+        for (int it = sh.item_begin;; it = sh.dynamic ? next : it + sh.item_stride) {
+            if (sh.dynamic) {
+                publishItem(sh, taken++, it < total_items ? it : -1);
+                if (it >= total_items) {
+                    finishTaking(args);
+                    break;
+                }
+                // In flight while this item's copies are issued.
+                next = sh.item_stride + atomicAdd(args.schedule, 1);
+            } else if (it >= total_items) {
+                break;
+            }
             const Item item = itemAt(it, args, sh);
             const int npad = paddedTokens<kBlockTokens>(item.ntok);
             int offsets[L::kRowsPerThread];
@@ -322,6 +407,9 @@ struct Kernel {
                 }
             }
         }
+        if (ptid == 0) {
+            traceNow(args, kTraceProducerDone);
+        }
     }
 
     // Writes the item's outputs from the accumulator through the consumer's staging buffer, 64 tokens a pass.
@@ -336,25 +424,29 @@ struct Kernel {
         constexpr int kVecPerRow = L::kEpiCols / 8;
         const int col0 = kGateUp ? item.n_tile * 32 * L::kBlocks + 32 * block
                                  : item.n_tile * kWeightRowsPerConsumer * L::kBlocks + 64 * block;
+        // The staging buffer is [token][output column] (kStride bf16 per token); the accumulator is [weight row]
+        // [token], so each 8 x 8 fragment goes in transposed by stmatrix: the row address of lane l is token
+        // 8 jj + l % 8 of the pass, at the warp's columns (gate-up: 8 intermediate columns; down: 16 hidden rows,
+        // the second 8 from lanes 8-15).
+        const uint32_t stg_addr =
+            sm90::smemAddr(stg) + 2 * ((lane & 7) * kStride + (kGateUp ? 8 * warp : 16 * warp + 8 * ((lane >> 3) & 1)));
 #pragma unroll
         for (int ch = 0; ch < N / kChunk; ++ch) {
             sm90::namedBarrierSync(1 + wg, kWarpgroup);  // the previous pass has read the staging buffer
 #pragma unroll
             for (int jj = 0; jj < kChunk / 8; ++jj) {
                 const int j = ch * (kChunk / 8) + jj;
-                const int tok = jj * 8 + 2 * (lane & 3);
+                const uint32_t addr = stg_addr + 2 * (8 * jj * kStride);
                 if constexpr (kGateUp) {
-                    const int col = 8 * warp + (lane >> 2);
-                    stg[tok * kStride + col] = toBf16Bits(silu(acc[4 * j]) * acc[4 * j + 2]);
-                    stg[(tok + 1) * kStride + col] = toBf16Bits(silu(acc[4 * j + 1]) * acc[4 * j + 3]);
+                    // Thread: gate rows of intermediate column 8 warp + lane / 4 in acc[4j], acc[4j + 1] (tokens
+                    // 8j + 2 (lane % 4) and +1), the matching up rows in acc[4j + 2], acc[4j + 3].
+                    sm90::stmatrixTrans(
+                        addr, packBf16x2(silu(acc[4 * j]) * acc[4 * j + 2], silu(acc[4 * j + 1]) * acc[4 * j + 3]));
                 } else {
-                    const int row = 16 * warp + (lane >> 2);
                     // NOTE: "+ 0.0f" keeps ptxas from serializing the wgmma pipeline (C7514) over plain
                     // conversions of accumulator registers; it is not folded (-0 + 0 = +0).
-                    stg[tok * kStride + row] = toBf16Bits(acc[4 * j] + 0.0f);
-                    stg[(tok + 1) * kStride + row] = toBf16Bits(acc[4 * j + 1] + 0.0f);
-                    stg[tok * kStride + row + 8] = toBf16Bits(acc[4 * j + 2] + 0.0f);
-                    stg[(tok + 1) * kStride + row + 8] = toBf16Bits(acc[4 * j + 3] + 0.0f);
+                    sm90::stmatrixTrans(addr, packBf16x2(acc[4 * j] + 0.0f, acc[4 * j + 1] + 0.0f),
+                                        packBf16x2(acc[4 * j + 2] + 0.0f, acc[4 * j + 3] + 0.0f));
                 }
             }
             sm90::namedBarrierSync(1 + wg, kWarpgroup);
@@ -385,6 +477,9 @@ struct Kernel {
             const int stage = iter % kStages;
             const uint32_t phase = (iter / kStages) & 1;
             sm90::mbarWait(&sh.full[stage], phase);
+            if (iter == 0 && wg == 0 && ctid == 0) {
+                traceNow(args, kTraceFirstData);
+            }
             if constexpr (!kTmaTokens) {
                 sm90::fenceProxyAsyncShared();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
             }
@@ -416,7 +511,12 @@ struct Kernel {
                     sm90::fenceOperand(acc[mb][i]);
                 }
             }
-            if (kb > 0) {
+            if (args.release_early) {
+                // Memory-bound tiles: the stage goes back to the producer as soon as its wgmma retire, one stage
+                // sooner than below, at the cost of not overlapping two stages' wgmma.
+                sm90::wgmmaWait<0>();
+                releaseStage(sh, stage, ctid);
+            } else if (kb > 0) {
                 sm90::wgmmaWait<1>();  // the previous stage's wgmma have retired
                 releaseStage(sh, prev_stage, ctid);
             }
@@ -430,14 +530,20 @@ struct Kernel {
                 sm90::fenceOperand(acc[mb][i]);
             }
         }
-        releaseStage(sh, prev_stage, ctid);
+        if (!args.release_early) {
+            releaseStage(sh, prev_stage, ctid);
+        }
+        if (wg == 0 && ctid == 0) {
+            traceNow(args, kTraceLastMma);
+        }
 #pragma unroll
         for (int mb = 0; mb < kMBlocks; ++mb) {
             const int block = wg * kMBlocks + mb;
             epilogue<N>(acc[mb], args, sh, item, wg, block, ctid);
             if constexpr (!kGateUp) {
                 if (args.combine.out != nullptr) {
-                    fusedCombineArrive(args, sh.tiles[args.num_experts], item.n_tile * L::kBlocks + block, wg, ctid,
+                    fusedCombineArrive(args, sh.entry_slot, sh.weights, sh.tiles[sh.rows],
+                                       item.n_tile * L::kBlocks + block, wg, ctid,
                                        reinterpret_cast<int*>(sh.base + L::kEpiOffset + wg * L::kEpiBytes));
                 }
             }
@@ -459,8 +565,9 @@ struct Kernel {
     __device__ static void consume(const GroupedGemmArgs& args, const Shared& sh, int total_items, int k_blocks,
                                    int wg) {
         const int ctid = threadIdx.x - kWarpgroup * (wg + 1);
+        int consumed = 0;
         if constexpr (!kGateUp) {
-            if (args.combine.out != nullptr && sh.tiles[args.num_experts] == 0 && blockIdx.x == 0 && wg == 0) {
+            if (args.combine.out != nullptr && sh.tiles[sh.rows] == 0 && blockIdx.x == 0 && wg == 0) {
                 // No entry is served here: no arrival will combine, and the layer's output is zero.
                 const int64_t vectors = static_cast<int64_t>(args.combine.num_tokens) * args.out_ld / 8;
                 for (int64_t v = ctid; v < vectors; v += kWarpgroup) {
@@ -469,8 +576,13 @@ struct Kernel {
             }
         }
         int iter = 0;
-        for (int it = sh.item_begin; it < total_items; it += sh.item_stride) {
+        int taken = 0;
+        for (int it = sh.dynamic ? takeItem(sh, taken++) : sh.item_begin; it >= 0 && it < total_items;
+             it = sh.dynamic ? takeItem(sh, taken++) : it + sh.item_stride) {
             const Item item = itemAt(it, args, sh);
+            if (wg == 0 && ctid == 0) {
+                trace(args, kTraceItems, static_cast<uint64_t>(++consumed));
+            }
             switch (paddedTokens<kBlockTokens>(item.ntok)) {
                 case 8:
                     consumeItem<8>(args, sh, item, k_blocks, iter, wg, ctid);
@@ -492,6 +604,9 @@ struct Kernel {
                     break;
             }
         }
+        if (wg == 0 && ctid == 0) {
+            traceNow(args, kTraceEnd);
+        }
     }
 };
 
@@ -504,6 +619,9 @@ __global__ void __launch_bounds__(
     using K = Kernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
     using L = typename K::L;
     extern __shared__ uint8_t smem_raw[];
+    if (threadIdx.x == 0) {
+        K::traceNow(args, kTraceEntry);
+    }
     uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
     typename K::Shared sh;
     sh.base = base;
@@ -513,6 +631,10 @@ __global__ void __launch_bounds__(
     int* slots = tiles + args.num_experts + 1;
     sh.tiles = tiles;
     sh.slots = slots;
+    sh.experts = nullptr;
+    sh.rows = args.num_experts;
+    sh.entry_slot = args.combine.entry_slot;
+    sh.weights = args.combine.topk_weights;
     sh.slot_token = nullptr;
     sh.rank = 0;
     if constexpr (kCluster > 1) {
@@ -520,8 +642,17 @@ __global__ void __launch_bounds__(
     }
     sh.item_begin = static_cast<int>(blockIdx.x) / kCluster;
     sh.item_stride = static_cast<int>(gridDim.x) / kCluster;
+    sh.dynamic = kTmaTokens && kCluster == 1 && args.schedule != nullptr;
+    sh.item_full = reinterpret_cast<uint64_t*>(base + L::kItemBarOffset);
+    sh.item_empty = sh.item_full + L::kItemSlots;
+    sh.item_ring = reinterpret_cast<int*>(base + L::kItemRingOffset);
 
     if (threadIdx.x == 0) {
+        if (args.fused_entries > 0) {
+            // Whatever the previous kernel writes there lands in L2; the line and its translation are ready for
+            // the routing's read after the dependency wait.
+            sm90::prefetchL2(args.topk_ids);
+        }
         sm90::prefetchTensorMap(&tmap);
         if constexpr (kTmaTokens) {
             sm90::prefetchTensorMap(&tmap_b);
@@ -531,6 +662,10 @@ __global__ void __launch_bounds__(
             sm90::mbarInit(&sh.full[s], kTmaTokens ? 1 : kWarpgroup + 1);
             sm90::mbarInit(&sh.empty[s], L::kEmptyArrivals);
         }
+        for (int s = 0; s < L::kItemSlots; ++s) {
+            sm90::mbarInit(&sh.item_full[s], 1);
+            sm90::mbarInit(&sh.item_empty[s], L::kItemReaders);
+        }
         sm90::fenceBarrierInit();
     }
     if constexpr (kGateUp) {
@@ -538,10 +673,16 @@ __global__ void __launch_bounds__(
         // kernel.
         sm90::gridDependencyWait();
         sm90::launchDependents();
+        if (threadIdx.x == 0) {
+            K::traceNow(args, kTraceDependency);
+        }
         if (blockIdx.x == 0) {
-            // The down kernel's fused-combine counters (it reads them after waiting for this kernel).
+            // The down kernel's fused-combine counters and schedule (it reads them after waiting for this kernel).
             for (int i = threadIdx.x; i < args.combine.num_counters; i += blockDim.x) {
                 args.combine.counters[i] = 0;
+            }
+            if (args.down_schedule != nullptr && threadIdx.x < 2) {
+                args.down_schedule[threadIdx.x] = 0;
             }
         }
     }
@@ -551,7 +692,19 @@ __global__ void __launch_bounds__(
         int* s_ids = slots + args.num_experts + 1;
         int* s_slot_token = s_ids + kFusedRoutingEntries;
         int* s_counts = s_slot_token + kFusedRoutingEntries;
-        fusedRouting(args, kBlockTokens, kGateUp && blockIdx.x == 0, s_ids, s_slot_token, s_counts, tiles, slots);
+        if (args.fused_entries <= kWarpRoutingEntries) {
+            // s_ids holds the compact rows' experts [0, 32), the entries' slots [32, 64) and weights [64, 96).
+            static_assert(3 * kWarpRoutingEntries <= kFusedRoutingEntries, "one-warp routing scratch");
+            int* s_entry_slot = s_ids + kWarpRoutingEntries;
+            float* s_weight = reinterpret_cast<float*>(s_ids + 2 * kWarpRoutingEntries);
+            sh.rows = fusedRoutingWarp(args, kBlockTokens, kGateUp && blockIdx.x == 0, s_ids, s_slot_token, s_counts,
+                                       tiles, slots, s_entry_slot, s_weight);
+            sh.experts = s_ids;
+            sh.entry_slot = s_entry_slot;
+            sh.weights = s_weight;
+        } else {
+            fusedRouting(args, kBlockTokens, kGateUp && blockIdx.x == 0, s_ids, s_slot_token, s_counts, tiles, slots);
+        }
         sh.slot_token = s_slot_token;
     } else {
         for (int i = threadIdx.x; i <= args.num_experts; i += blockDim.x) {
@@ -563,7 +716,10 @@ __global__ void __launch_bounds__(
     if constexpr (kCluster > 1) {
         sm90::clusterSync();  // the peer's barriers are initialised before any multicast or remote arrival
     }
-    const int total_items = tiles[args.num_experts] * (args.n_tiles / kCluster);
+    if (threadIdx.x == 0) {
+        K::traceNow(args, kTraceSetup);
+    }
+    const int total_items = tiles[sh.rows] * (args.n_tiles / kCluster);
     const int k_blocks = (args.k + kBlockK - 1) / kBlockK;
     const int warpgroup = threadIdx.x / kWarpgroup;
     // NOTE: no setmaxnreg: with a 56-register producer ptxas spilled in the producer's address arithmetic, while
@@ -604,6 +760,14 @@ cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const CUt
         if (err != cudaSuccess) {
             return err;
         }
+        // The largest shared-memory carveout for every shape: an SM set up for one kernel's carveout takes CTAs of
+        // the next kernel (programmatic launch) only where its carveout fits them too, so differing choices kept
+        // the down kernel's CTAs off the SMs that ran the gate-up kernel (none of these kernels relies on L1).
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   cudaSharedmemCarveoutMaxShared);
+        if (err != cudaSuccess) {
+            return err;
+        }
         configured_devices.fetch_or(device_bit, std::memory_order_acq_rel);
     }
     cudaLaunchConfig_t config{};
@@ -636,6 +800,10 @@ cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const CUt
     if (resident < kCluster) {
         return cudaErrorInvalidConfiguration;
     }
+    const int64_t max_items = static_cast<int64_t>(args.max_token_tiles) * args.n_tiles;
+    if (max_items > 0 && max_items < resident) {
+        resident = static_cast<int>((max_items + kCluster - 1) / kCluster * kCluster);
+    }
     config.gridDim = dim3(static_cast<unsigned>(resident));
     // The cluster attribute only for clusters (a plain launch keeps its former configuration), then PDL.
     config.attrs = kCluster == 1 ? attr + 1 : attr;
@@ -652,7 +820,8 @@ cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const CUt
                                         const CUtensorMap& tmap_b_full, const GroupedGemmArgs& args, int sm_count,    \
                                         cudaStream_t stream, bool programmatic) {                                     \
         constexpr TileShape s = k##name##Shape;                                                                       \
-        return gate_up ? grouped_gemm::launch<true, s.consumers, s.m_blocks, s.block_tokens, s.stages, s.tma_tokens,  \
+        return gate_up ? grouped_gemm::launch<true, s.consumers, s.m_blocks, s.block_tokens,                          \
+                                              (s.gate_up_stages > 0 ? s.gate_up_stages : s.stages), s.tma_tokens,     \
                                               s.cluster>(tmap_a, tmap_b, tmap_b_full, args, sm_count, stream,         \
                                                          programmatic)                                                \
                        : grouped_gemm::launch<false, s.consumers, s.m_blocks, s.block_tokens, s.stages, s.tma_tokens, \

@@ -28,15 +28,33 @@ struct GroupedGemmArgs {
     int inter = 0;    // I: gate-up rows of an expert are [0, I), up rows [I, 2I)
     int a_rows = 0;   // weight rows of one expert in the map: 2I (gate-up) or H (down)
     int n_tiles = 0;  // weight-row tiles per expert
+    // At most this many token tiles (the routing entries: each tile holds one at least), so at most max_token_tiles
+    // x n_tiles items: the grid is no larger, which leaves the other slots of the SMs to the next kernel (the down
+    // kernel's CTAs stream their first weights beside a one-token gate-up kernel).
+    int max_token_tiles = 0;
     // Gate-up only: 1 when the weight map is the 5-D interleaved view of w13 (one TMA per stage), 0 when it is
     // the plain 2-D view [E * 2I, H] with boxes of 8 rows (eight TMAs per consumer and stage).
     int a_interleaved = 0;
     // 1 when each weight tile is read by about one item (mean tokens per expert within one token tile): weights
     // stream through L2 with evict_first; 0: several token tiles re-read each weight tile, evict normally.
     int weights_read_once = 1;
+    // 1: each consumer releases a stage as soon as its wgmma retire (MoeCudaOptions::early_stage_release);
+    // 0: after the next stage's wgmma are issued.
+    int release_early = 0;
+    // Down kernel: 1 = issue the first items' weight copies before waiting for the gate-up kernel
+    // (MoeCudaOptions::down_prefetch).
+    int prefetch_before_wait = 1;
     // Small batches (cp.async token shapes only): > 0 = number of routing entries (<= kFusedRoutingEntries) from
     // which both kernels compute the routing themselves (moe_fused_routing.cuh); the permute kernel is skipped.
     int fused_entries = 0;
+    // Dynamic scheduling (MoeCudaOptions::dynamic_schedule; token-TMA shapes without clusters): [0] counts the items
+    // taken after each CTA's first (blockIdx.x), [1] the CTAs done taking. Zero before the launch (the kernel before
+    // it in the layer zeroes them) and reset by the last CTA to finish taking, so a replay alone finds them zero.
+    // nullptr: static round robin.
+    int32_t* schedule = nullptr;
+    int32_t* down_schedule = nullptr;  // gate-up only: the down kernel's schedule words, zeroed by CTA 0
+    // MoeCudaOptions::trace: this kernel's [kMoeTraceMaxCtas][kMoeTraceSlots] block, or nullptr.
+    uint64_t* trace = nullptr;
     int top_k = 0;
     const int32_t* topk_ids = nullptr;  // [fused_entries]
     struct RoutingOut {                 // written by the gate-up kernel's CTA 0 when fused_entries > 0
@@ -79,9 +97,13 @@ struct TileShape {
     // token tile, and each CTA loads half of the token boxes for both (TMA multicast): token bytes through L2
     // are halved (which did not make the layer faster: docs/cuda-moe-notes.md, v8).
     int cluster;
+    // Pipeline depth of the gate-up kernel when it differs (0: stages). The tiny shape's gate-up CTAs stream their
+    // items from the start while the down kernel's CTAs beside them only fill their pipelines and wait, so the
+    // gate-up kernel gets the deeper pipeline.
+    int gate_up_stages = 0;
 };
 // NOTE: the .cu file of each configuration instantiates its kernels from these constants.
-inline constexpr TileShape kTiny16Shape{1, 1, 16, 6, false, 1};
+inline constexpr TileShape kTiny8Shape{1, 1, 8, 5, false, 1, 6};
 inline constexpr TileShape kSmall16Shape{1, 1, 16, 10, false, 1};
 inline constexpr TileShape kSmall32Shape{1, 1, 32, 8, false, 1};
 inline constexpr TileShape kSmall64Shape{1, 1, 64, 6, false, 1};
@@ -110,7 +132,7 @@ inline int downRowsPerItem(const TileShape& s) { return 64 * s.consumers * s.m_b
     cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,        \
                                         const CUtensorMap& tmap_b_full, const GroupedGemmArgs& args, int sm_count, \
                                         cudaStream_t stream, bool programmatic)
-AFD_DECLARE_GROUPED_GEMM(Tiny16);
+AFD_DECLARE_GROUPED_GEMM(Tiny8);
 AFD_DECLARE_GROUPED_GEMM(Small16);
 AFD_DECLARE_GROUPED_GEMM(Small32);
 AFD_DECLARE_GROUPED_GEMM(Small64);

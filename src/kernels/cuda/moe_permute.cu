@@ -113,12 +113,15 @@ __device__ void scanOffsets(int count, int num_experts, int block_tokens, int* w
 __global__ void __launch_bounds__(kThreads)
     permuteKernel(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                   int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot,
-                  int32_t* slot_token) {
+                  int32_t* slot_token, int32_t* schedule) {
     __shared__ int counts[kMaxPermuteExperts];
     __shared__ int offsets[kMaxPermuteExperts];
     __shared__ int warp_sums[33];
     const int tid = threadIdx.x;
     sm90::gridDependencyWait();
+    if (schedule != nullptr && tid < kScheduleWords) {
+        schedule[tid] = 0;
+    }
 
     for (int e = tid; e < num_experts; e += kThreads) {
         counts[e] = 0;
@@ -169,11 +172,14 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     scatterKernel(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                   int num_chunks, const int32_t* chunk_counts, int32_t* expert_count, int32_t* slot_offset,
-                  int32_t* tile_offset, int32_t* entry_slot, int32_t* slot_token) {
+                  int32_t* tile_offset, int32_t* entry_slot, int32_t* slot_token, int32_t* schedule) {
     __shared__ int offsets[kMaxPermuteExperts];
     __shared__ int warp_sums[33];
     const int tid = threadIdx.x;
     sm90::gridDependencyWait();
+    if (schedule != nullptr && blockIdx.x == 0 && tid < kScheduleWords) {
+        schedule[tid] = 0;
+    }
     int total = 0;
     int before = 0;
     if (tid < num_experts) {
@@ -223,7 +229,8 @@ int permuteChunks(int num_entries) {
 
 cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                              int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot,
-                             int32_t* slot_token, int32_t* chunk_counts, cudaStream_t stream, bool programmatic) {
+                             int32_t* slot_token, int32_t* chunk_counts, int32_t* schedule, cudaStream_t stream,
+                             bool programmatic) {
     if (num_experts < 1 || num_experts > kMaxPermuteExperts || block_tokens < 1 || top_k < 1) {
         return cudaErrorInvalidValue;
     }
@@ -232,7 +239,7 @@ cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k
     if (chunks == 0) {
         const cudaLaunchConfig_t config = permuteLaunchConfig(1, stream, attr, programmatic);
         return cudaLaunchKernelEx(&config, permuteKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
-                                  expert_count, slot_offset, tile_offset, entry_slot, slot_token);
+                                  expert_count, slot_offset, tile_offset, entry_slot, slot_token, schedule);
     }
     const cudaLaunchConfig_t count_config =
         permuteLaunchConfig(static_cast<unsigned>(chunks), stream, attr, programmatic);
@@ -245,7 +252,7 @@ cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k
         permuteLaunchConfig(static_cast<unsigned>(chunks), stream, attr, programmatic);
     return cudaLaunchKernelEx(&scatter_config, scatterKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
                               chunks, static_cast<const int32_t*>(chunk_counts), expert_count, slot_offset, tile_offset,
-                              entry_slot, slot_token);
+                              entry_slot, slot_token, schedule);
 }
 
 }  // namespace afd::kernels::cuda

@@ -77,6 +77,20 @@ __device__ __forceinline__ void prefetchTensorMap(const void* tmap) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
 }
 
+// Brings the line holding `ptr` into L2 (and its translation into the TLBs) without reading it into registers.
+__device__ __forceinline__ void prefetchL2(const void* ptr) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<uint64_t>(ptr)) : "memory");
+}
+
+// Atomic add at device scope with acquire and release semantics: the writes that happen before it (this thread's,
+// and other threads' ordered before it by a barrier) are visible to whoever observes the new value, and the
+// writes of the arrivals it observes are visible to this thread's later reads. Returns the old value.
+__device__ __forceinline__ int atomicAddAcqRel(int* ptr, int value) {
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(ptr), "r"(value) : "memory");
+    return old;
+}
+
 // L2 policy for data read once (streamed weights): evict first.
 __device__ __forceinline__ uint64_t policyEvictFirst() {
     uint64_t policy;
@@ -197,5 +211,24 @@ __device__ __forceinline__ void namedBarrierSync(uint32_t id, uint32_t threads) 
 __device__ __forceinline__ void gridDependencyWait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 // Lets the next kernel in the stream (launched with programmatic serialization) start its prologue.
 __device__ __forceinline__ void launchDependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// Stores 8x8 b16 matrices transposed (stmatrix .trans), one per register: each thread's register k holds its
+// fragment of matrix k (row lane / 4, columns 2 (lane % 4) and +1, low half first), which is the layout of a wgmma
+// accumulator pair packed to bf16x2; threads 8k … 8k + 7 give the shared addresses (16-byte aligned) of the rows of
+// matrix k, and row i receives column i of the fragment matrix.
+__device__ __forceinline__ void stmatrixTrans(uint32_t addr, uint32_t r0) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x1.trans.shared.b16 [%0], {%1};" ::"r"(addr), "r"(r0) : "memory");
+}
+__device__ __forceinline__ void stmatrixTrans(uint32_t addr, uint32_t r0, uint32_t r1) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};" ::"r"(addr), "r"(r0), "r"(r1)
+                 : "memory");
+}
+
+// Device-wide nanosecond clock (the same on every SM), for the kernels' diagnostic timelines.
+__device__ __forceinline__ uint64_t globalTimer() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 
 }  // namespace afd::kernels::cuda::sm90
