@@ -7,7 +7,8 @@
 #   AFD_GPU_DEPS   unpacked build dependencies from scripts/stage_gpu_deps.sh (default: .gpu_deps/root)
 #   AFD_PREBUILT   folder holding `afd` and `kernels_cuda_tests` built elsewhere for this machine; used when they
 #                  start here, otherwise the script builds (build-gpu/)
-#   AFD_PHASES     which phases to run, default "tests bench sweep peers ffn hf"; "ncu" adds hardware counters of
+#   AFD_PHASES     which phases to run, default "tests bench sweep peers ffn hf"; "timeline" adds per-CTA step times
+#                  of the GEMM kernels at T = 1, 1024, 4096 (afd bench moe --timeline); "ncu" adds hardware counters of
 #                  the T = 1024 grouped GEMMs (Nsight Compute, clocks left alone) to sass.txt. "ffn": the GPU FFN
 #                  rank (its tests, then `afd launch --ffn-device cuda` on the HF fixture and on a 2-layer
 #                  Qwen3-30B-A3B-shaped model); "hf": scripts/hf_crosscheck.py (engine vs transformers)
@@ -74,11 +75,17 @@ fi
 if has_phase sweep; then
     stamp "tile sweep"
     timeout "${AFD_T_SWEEP:-150}" "$bin/afd" bench moe --no-stages --reps 30 --tokens 1,8,64,256,1024 \
-        --tiles small16,small32,small64,small128,wide128,tall128 >>"$out/bench.log" 2>&1
+        --tiles tiny8,small16,small32,small64,small128,wide128,tall128 >>"$out/bench.log" 2>&1
     timeout "${AFD_T_SWEEP2:-90}" "$bin/afd" bench moe --no-stages --reps 15 --tokens 4096,16384 \
         --tiles wide128,wide256,tall128 >>"$out/bench.log" 2>&1
     timeout 30 "$bin/afd" bench moe --no-stages --reps 50 --tokens 1,8 --no-fuse-routing >>"$out/bench.log" 2>&1
     echo "sweep exit $?"
+fi
+if has_phase timeline; then
+    stamp "timeline (when the GEMM kernels' CTAs reach each step)"
+    timeout 120 "$bin/afd" bench moe --no-stages --reps 20 --routing uniform --tokens 1,1024,4096 --timeline \
+        >"$out/timeline.log" 2>&1
+    echo "timeline exit $?"
 fi
 if has_phase peers; then
     peer_reps=$((reps / 2))
