@@ -442,28 +442,22 @@ TEST(MoeCudaTest, StagesReplayedAloneServeEveryItem) {
         moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
         AFD_CUDA_CHECK(cudaDeviceSynchronize());
         const std::vector<float> want = p.out();
-        const size_t h_bytes = static_cast<size_t>(900 * 4 * 128) * 2;
-        const size_t y_bytes = static_cast<size_t>(900 * 4 * 256) * 2;
-        std::vector<uint16_t> h_first(h_bytes / 2);
-        std::vector<uint16_t> y_first(y_bytes / 2);
-        AFD_CUDA_CHECK(cudaMemcpy(h_first.data(), view.h, h_bytes, cudaMemcpyDeviceToHost));
-        AFD_CUDA_CHECK(cudaMemcpy(y_first.data(), view.y, y_bytes, cudaMemcpyDeviceToHost));
-        for (int replay = 0; replay < 3; ++replay) {
-            AFD_CUDA_CHECK(cudaMemset(view.y, 0xff, y_bytes));
-            moeDownCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
-            AFD_CUDA_CHECK(cudaDeviceSynchronize());
-            std::vector<uint16_t> y(y_bytes / 2);
-            AFD_CUDA_CHECK(cudaMemcpy(y.data(), view.y, y_bytes, cudaMemcpyDeviceToHost));
-            EXPECT_EQ(y, y_first) << "down replay " << replay;
-        }
-        for (int replay = 0; replay < 2; ++replay) {
-            AFD_CUDA_CHECK(cudaMemset(view.h, 0xff, h_bytes));
-            moeGateUpCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
-            AFD_CUDA_CHECK(cudaDeviceSynchronize());
-            std::vector<uint16_t> h(h_bytes / 2);
-            AFD_CUDA_CHECK(cudaMemcpy(h.data(), view.h, h_bytes, cudaMemcpyDeviceToHost));
-            EXPECT_EQ(h, h_first) << "gate-up replay " << replay;
-        }
+        using StageFn = void (*)(const MoeParams&, void*, size_t, void*, const MoeCudaOptions&);
+        // Runs `stage` alone `replays` times over a poisoned `out` and expects the first layer's bits each time.
+        auto replayAlone = [&](StageFn stage, void* out, size_t bytes, int replays, const char* name) {
+            std::vector<uint16_t> first(bytes / 2);
+            AFD_CUDA_CHECK(cudaMemcpy(first.data(), out, bytes, cudaMemcpyDeviceToHost));
+            for (int replay = 0; replay < replays; ++replay) {
+                AFD_CUDA_CHECK(cudaMemset(out, 0xff, bytes));
+                stage(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+                AFD_CUDA_CHECK(cudaDeviceSynchronize());
+                std::vector<uint16_t> again(bytes / 2);
+                AFD_CUDA_CHECK(cudaMemcpy(again.data(), out, bytes, cudaMemcpyDeviceToHost));
+                EXPECT_EQ(again, first) << name << " replay " << replay;
+            }
+        };
+        replayAlone(&moeDownCuda, view.y, static_cast<size_t>(900 * 4 * 256) * 2, 3, "down");
+        replayAlone(&moeGateUpCuda, view.h, static_cast<size_t>(900 * 4 * 128) * 2, 2, "gate-up");
         moeCombineCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
         AFD_CUDA_CHECK(cudaDeviceSynchronize());
         EXPECT_EQ(p.out(), want);
