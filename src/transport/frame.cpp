@@ -262,6 +262,9 @@ core::Result<FrameHeader> decodeHeader(std::span<const uint8_t, kFrameHeaderByte
                              h.segment_count, h.rows);
     }
     if (h.kind == FrameKind::kStep) {
+        if (h.layer != 0) {
+            return core::corrupt("{}: step {} header with layer {} set, expected 0", peer, h.step, h.layer);
+        }
         if (h.stage < 1 || h.stage > kMaxStages) {
             return core::corrupt("{}: step {} header with {} stages, expected 1..{}", peer, h.step, h.stage,
                                  kMaxStages);
@@ -285,6 +288,12 @@ core::Result<FrameHeader> decodeHeader(std::span<const uint8_t, kFrameHeaderByte
                                  h.payload_bytes);
         }
         return h;
+    }
+    // Hello, hello_ack and error frames carry only their payload.
+    if (h.step != 0 || h.layer != 0 || h.stage != 0 || h.flags != 0 || h.stage_tokens[0] != 0 ||
+        h.stage_tokens[1] != 0) {
+        return core::corrupt("{}: {} frame with step fields set (step {}, layer {}, stage {}, flags 0x{:x})", peer,
+                             kind_name, h.step, h.layer, h.stage, h.flags);
     }
     if (h.kind == FrameKind::kHelloAck && h.payload_bytes != 0) {
         return core::corrupt("{}: hello_ack frame with a payload of {} bytes, expected none", peer, h.payload_bytes);
@@ -411,6 +420,9 @@ core::Result<Hello> decodeHelloPayload(std::span<const uint8_t> payload, std::st
         hello.role = Role::kFfn;
     } else {
         return core::corrupt("{}: hello with unknown role code {}", peer, payload[0]);
+    }
+    if (payload[1] != 0 || payload[2] != 0 || payload[3] != 0) {
+        return core::corrupt("{}: hello with nonzero padding bytes after the role", peer);
     }
     const uint32_t rank = getU32(&payload[4]);
     if (rank > static_cast<uint32_t>(INT32_MAX)) return core::corrupt("{}: hello with rank {}", peer, rank);

@@ -147,6 +147,43 @@ TEST(Frame, RejectsStepHeaderFlagsAndCounts) {
     header = makeStepHeader({});
     header.payload_bytes = 8;
     EXPECT_EQ(decode(encodeHeader(header)).status().code(), core::StatusCode::kCorrupt);
+
+    header = makeStepHeader({});
+    header.layer = 5;
+    EXPECT_THAT(decode(encodeHeader(header)).status().message(), HasSubstr("layer 5 set, expected 0"));
+}
+
+// Hello, hello_ack and error frames use no step field; a set one is refused, naming the kind.
+TEST(Frame, RejectsControlFramesWithStepFields) {
+    for (const FrameKind kind : {FrameKind::kHello, FrameKind::kHelloAck, FrameKind::kError}) {
+        SCOPED_TRACE(std::string(frameKindName(kind)));
+        FrameHeader clean;
+        clean.kind = kind;
+        ASSERT_TRUE(decode(encodeHeader(clean)).isOk());
+        for (int field = 0; field < 5; ++field) {
+            FrameHeader header = clean;
+            switch (field) {
+                case 0:
+                    header.step = 7;
+                    break;
+                case 1:
+                    header.layer = 2;
+                    break;
+                case 2:
+                    header.stage = 1;
+                    break;
+                case 3:
+                    header.flags = kStepWarmup;
+                    break;
+                default:
+                    header.stage_tokens[1] = 3;
+                    break;
+            }
+            core::Result<FrameHeader> h = decode(encodeHeader(header));
+            EXPECT_EQ(h.status().code(), core::StatusCode::kCorrupt) << "field " << field;
+            EXPECT_THAT(h.status().message(), HasSubstr("step fields set")) << "field " << field;
+        }
+    }
 }
 
 TEST(Frame, RejectsDataFrameBeyondLimits) {
@@ -283,6 +320,9 @@ TEST(Frame, HelloRoundTripsAndRejectsGarbage) {
     bad[0] = 9;
     EXPECT_THAT(decodeHelloPayload(bad, kPeer).status().message(), HasSubstr("unknown role code 9"));
     EXPECT_EQ(decodeHelloPayload(std::span(bad.data(), 3), kPeer).status().code(), core::StatusCode::kCorrupt);
+    std::vector<uint8_t> padded(frame.begin() + kFrameHeaderBytes, frame.end());
+    padded[2] = 1;
+    EXPECT_THAT(decodeHelloPayload(padded, kPeer).status().message(), HasSubstr("nonzero padding"));
 
     FrameHeader big;
     big.kind = FrameKind::kError;
