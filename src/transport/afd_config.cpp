@@ -108,7 +108,8 @@ core::Result<int64_t> coerceInt(const Json& value, std::string_view source, std:
     if (value.is_string()) {
         const std::string text = trimLower(value.get_ref<const std::string&>());
         std::string_view digits = text;
-        if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
+        // One sign at most: "+5" and "-5" are integers, "+-5" is not.
+        if (digits.size() > 1 && digits.front() == '+' && digits[1] != '-') digits.remove_prefix(1);
         int64_t parsed = 0;
         const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), parsed);
         if (!digits.empty() && ec == std::errc() && ptr == digits.data() + digits.size()) return parsed;

@@ -143,7 +143,8 @@ TEST(AfdConfig, IntsCoerceFromIntegersAndIntegerStrings) {
     EXPECT_EQ(parseOk(R"({"port": "2001"})").port, 2001);
     EXPECT_EQ(parseOk(R"({"port": " 2002 "})").port, 2002);
     EXPECT_EQ(parseOk(R"({"max_num_tokens": "+64"})").max_num_tokens, 64);
-    for (const char* text : {"true", "false", "1.5", "2000.0", R"("12a")", R"("")", R"("1.5")", "null", "[1]"}) {
+    for (const char* text : {"true", "false", "1.5", "2000.0", R"("12a")", R"("")", R"("1.5")", "null", "[1]",
+                             R"("+-5")", R"("+")", R"("++5")", R"("-+5")"}) {
         const std::string message = parseError(fmt::format(R"({{"num_ffn_ranks": {}}})", text));
         EXPECT_THAT(message, HasSubstr("afd.num_ffn_ranks must be an integer")) << text;
     }
