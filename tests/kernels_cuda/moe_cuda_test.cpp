@@ -518,23 +518,15 @@ TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
     p.inter = 768;
     p.num_experts = 128;
     p.top_k = 8;
-    MoeCudaOptions options;
-    p.num_tokens = 1;
-    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kTiny8);
-    p.num_tokens = 2;
-    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kTiny8);
-    p.num_tokens = 3;
-    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall16);
-    p.num_tokens = 64;
-    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall16);
-    p.num_tokens = 256;
-    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall64);
-    p.num_tokens = 1024;
-    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kWide128);
-    p.num_tokens = 4096;
-    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kWide256);
-    p.num_tokens = 16384;
-    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kWide256);
+    const std::pair<int64_t, MoeTileConfig> expected[] = {
+        {1, MoeTileConfig::kTiny8},      {2, MoeTileConfig::kTiny8},       {3, MoeTileConfig::kSmall16},
+        {64, MoeTileConfig::kSmall16},   {256, MoeTileConfig::kSmall64},   {1024, MoeTileConfig::kWide128},
+        {4096, MoeTileConfig::kWide256}, {16384, MoeTileConfig::kWide256},
+    };
+    for (const auto& [tokens, config] : expected) {
+        p.num_tokens = tokens;
+        EXPECT_EQ(resolveMoeTileConfig(p, MoeCudaOptions{}), config) << "T " << tokens;
+    }
 }
 
 TEST(MoeCudaTest, RejectsPairConfigWhenTheShapeDoesNotSplitInPairs) {

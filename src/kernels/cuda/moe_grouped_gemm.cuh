@@ -39,120 +39,13 @@
 
 #include "kernels/cuda/moe_fused_combine.cuh"
 #include "kernels/cuda/moe_fused_routing.cuh"
+#include "kernels/cuda/moe_gemm_tiles.cuh"
 #include "kernels/cuda/moe_grouped_gemm.h"
 #include "kernels/cuda/moe_stages.h"
 #include "kernels/cuda/sm90_ptx.cuh"
 #include "kernels/cuda/sm90_wgmma.cuh"
 
 namespace afd::kernels::cuda::grouped_gemm {
-
-inline constexpr int kBlockK = 64;  // reduction elements per stage: one 128-byte swizzle row of bf16
-inline constexpr int kRowBytes = 128;
-inline constexpr int kWarpgroup = 128;  // threads
-inline constexpr int kWeightRowsPerConsumer = 64;
-
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
-struct Layout {
-    static constexpr int kBlocks = kConsumers * kMBlocks;                         // 64-row blocks per item
-    static constexpr int kABytes = kBlocks * kWeightRowsPerConsumer * kRowBytes;  // per stage
-    static constexpr int kBBytes = kBlockTokens * kRowBytes;                      // per stage
-    static constexpr int kEpiTokens = kBlockTokens < 64 ? kBlockTokens : 64;      // tokens per epilogue pass
-    static constexpr int kEpiCols = kGateUp ? 32 : 64;                            // outputs per token and consumer
-    static constexpr int kEpiStride = kEpiCols + 8;  // bf16; the pad makes the staging stores conflict-free
-    static constexpr int kEpiBytes = kEpiTokens * kEpiStride * 2;
-    static constexpr int kAOffset = 0;
-    static constexpr int kBOffset = kAOffset + kStages * kABytes;
-    static constexpr int kEpiOffset = kBOffset + kStages * kBBytes;
-    static constexpr int kBarOffset = kEpiOffset + kConsumers * kEpiBytes;
-    // Dynamic scheduling: the producer hands each item it takes to the consumers through a ring of kItemSlots
-    // (full/empty barrier pairs, then the item numbers).
-    static constexpr int kItemSlots = 4;
-    static constexpr int kItemBarOffset = kBarOffset + 2 * kStages * 8;
-    static constexpr int kItemRingOffset = kItemBarOffset + 2 * kItemSlots * 8;
-    static constexpr int kPrefixOffset = kItemRingOffset + kItemSlots * 4;
-    // Threads that read each handed-over item: the consumers (the producer's single TMA thread takes them).
-    static constexpr int kItemReaders = kConsumers * kWarpgroup;
-    // After the prefixes [2 (E + 1)]: fused-routing scratch, ids and slot tokens [kFusedRoutingEntries] each,
-    // counts [E].
-    static constexpr int kThreads = kWarpgroup * (kConsumers + 1);
-    static constexpr int kRowsPerThread = kBlockTokens >= 16 ? kBlockTokens / 16 : 1;  // cp.async token rows
-    static constexpr int kTokenBoxRows = kBlockTokens < 64 ? kBlockTokens : 64;        // rows of one token TMA box
-    static_assert(kBOffset % 1024 == 0 && kEpiOffset % 1024 == 0, "stages must stay 1024-byte aligned");
-    static_assert(kEpiBytes % 16 == 0 && kBarOffset % 8 == 0, "staging and barriers alignment");
-    static_assert(kBlocks * kWeightRowsPerConsumer <= 256 && kBlockTokens <= 256, "TMA boxes have <= 256 rows");
-    static_assert(kCluster == 1 || (kCluster == 2 && kTmaTokens), "clusters multicast token TMA boxes");
-    // CTAs per SM the registers must allow: the 8-token pipeline (51 KB of shared memory in the down kernel) runs up
-    // to four, the other one-consumer shapes two.
-    static constexpr int kMinCtasPerSm = kConsumers > 1 ? 1 : (kBlockTokens == 8 ? 4 : 2);
-    // Arrivals that release a stage: every consumer thread (one CTA), or one per consumer warp of each CTA.
-    static constexpr int kEmptyArrivals = kCluster == 1 ? kConsumers * kWarpgroup : kCluster * kConsumers * 4;
-
-    // Dynamic shared memory: 1024 bytes of alignment slack + the fixed part + prefixes + fused-routing scratch.
-    static constexpr size_t bytes(int num_experts) {
-        return 1024 + static_cast<size_t>(kPrefixOffset) + 2 * static_cast<size_t>(num_experts + 1) * 4 +
-               (2 * static_cast<size_t>(kFusedRoutingEntries) + static_cast<size_t>(num_experts)) * 4;
-    }
-    static_assert(1024 + kPrefixOffset +
-                          (2 * (kMaxPermuteExperts + 1) + 2 * kFusedRoutingEntries + kMaxPermuteExperts) * 4 <=
-                      227 * 1024,
-                  "shared memory per CTA");
-};
-
-struct Item {
-    int expert;
-    int n_tile;     // weight-row tile within the expert
-    int slot_base;  // first slot of the token tile
-    int ntok;       // tokens in the tile, 1..kBlockTokens
-};
-
-// Item `it` of the expert-major list. tiles/slots [rows + 1] are the shared-memory copies of tile_offset /
-// slot_offset (rows = E, experts = null), or the compact rows of fusedRoutingWarp (row r is expert experts[r]).
-template <int kBlockTokens>
-__device__ __forceinline__ Item decodeItem(int it, const int* tiles, const int* slots, const int* experts, int rows,
-                                           int n_tiles) {
-    // The largest row whose first item is <= it; it cannot be an empty row (its successor would qualify).
-    int lo = 0;
-    int hi = rows - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if (tiles[mid] * n_tiles <= it) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    const int local = it - tiles[lo] * n_tiles;
-    const int m_tiles = tiles[lo + 1] - tiles[lo];
-    const int n = local / m_tiles;
-    const int m = local - n * m_tiles;
-    const int count = slots[lo + 1] - slots[lo];
-    Item item;
-    item.expert = experts != nullptr ? experts[lo] : lo;
-    item.n_tile = n;
-    item.slot_base = slots[lo] + m * kBlockTokens;
-    item.ntok = min(kBlockTokens, count - m * kBlockTokens);
-    return item;
-}
-
-// wgmma N for a tile of ntok tokens: the smallest of 8, 16, 32 … kBlockTokens that holds them.
-template <int kBlockTokens>
-__device__ __forceinline__ int paddedTokens(int ntok) {
-    int n = 8;
-    while (n < ntok && n < kBlockTokens) {
-        n *= 2;
-    }
-    return n;
-}
-
-// silu with the approximate divide: the epilogue of a 256-token gate-up item computes 128 of them per thread while
-// the tensor cores wait. exp(-v) = inf for v < -88 gives -0, as the exact quotient rounds to in bf16.
-__device__ __forceinline__ float silu(float v) { return __fdividef(v, 1.0f + __expf(-v)); }
-
-// Two floats as bf16x2 (lo in the low half), round to nearest even.
-__device__ __forceinline__ uint32_t packBf16x2(float lo, float hi) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&pair);
-}
 
 template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
 struct Kernel {
@@ -648,11 +541,6 @@ __global__ void __launch_bounds__(
     sh.item_ring = reinterpret_cast<int*>(base + L::kItemRingOffset);
 
     if (threadIdx.x == 0) {
-        if (args.fused_entries > 0) {
-            // Whatever the previous kernel writes there lands in L2; the line and its translation are ready for
-            // the routing's read after the dependency wait.
-            sm90::prefetchL2(args.topk_ids);
-        }
         sm90::prefetchTensorMap(&tmap);
         if constexpr (kTmaTokens) {
             sm90::prefetchTensorMap(&tmap_b);
@@ -681,7 +569,7 @@ __global__ void __launch_bounds__(
             for (int i = threadIdx.x; i < args.combine.num_counters; i += blockDim.x) {
                 args.combine.counters[i] = 0;
             }
-            if (args.down_schedule != nullptr && threadIdx.x < 2) {
+            if (args.down_schedule != nullptr && threadIdx.x < kScheduleWords) {
                 args.down_schedule[threadIdx.x] = 0;
             }
         }

@@ -77,11 +77,6 @@ __device__ __forceinline__ void prefetchTensorMap(const void* tmap) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
 }
 
-// Brings the line holding `ptr` into L2 (and its translation into the TLBs) without reading it into registers.
-__device__ __forceinline__ void prefetchL2(const void* ptr) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<uint64_t>(ptr)) : "memory");
-}
-
 // Atomic add at device scope with acquire and release semantics: the writes that happen before it (this thread's,
 // and other threads' ordered before it by a barrier) are visible to whoever observes the new value, and the
 // writes of the arrivals it observes are visible to this thread's later reads. Returns the old value.
