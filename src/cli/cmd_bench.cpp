@@ -81,8 +81,8 @@ int runBenchMoe(BenchMoeFlags& flags) {
         flags.options.tiles.push_back(tile);
     }
     for (const std::string& routing : flags.options.routings) {
-        if (routing != "uniform" && routing != "zipf") {
-            AFD_LOG_ERROR("bench moe: --routing: '{}' is not uniform or zipf", routing);
+        if (routing != "uniform" && routing != "zipf" && routing != "balanced") {
+            AFD_LOG_ERROR("bench moe: --routing: '{}' is not uniform, zipf or balanced", routing);
             return core::kExitBadConfig;
         }
     }
@@ -120,7 +120,7 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
 #if defined(AFD_HAVE_CUDA)
     auto flags = std::make_shared<BenchMoeFlags>();
     moe->add_option("--tokens", flags->options.tokens, "token counts T")->delimiter(',');
-    moe->add_option("--routing", flags->options.routings, "uniform and/or zipf")->delimiter(',');
+    moe->add_option("--routing", flags->options.routings, "uniform, zipf and/or balanced (T K / E entries on every expert)")->delimiter(',');
     moe->add_option("--tiles", flags->tiles, "tile configs to time (auto, small16 … wide256)")->delimiter(',');
     moe->add_option("--hidden", flags->options.hidden, "hidden size H");
     moe->add_option("--inter", flags->options.inter, "expert intermediate size I");

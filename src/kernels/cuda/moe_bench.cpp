@@ -162,7 +162,10 @@ struct HostRouting {
 };
 
 // K distinct experts per token; zipf draws expert ranks with weight 1/(r+1)^s over a random rank order;
-// weights are positive and sum to one per token (as after renormalisation).
+// balanced gives entry j of token t the expert (t K + j) mod E, so every expert holds T K / E entries (+-1) and no
+// expert has a partly filled token tile beyond its first unless T K / E itself leaves one (a diagnostic of the
+// cost of partial tiles against uniform). Weights are positive and sum to one per token (as after
+// renormalisation).
 HostRouting makeRouting(const std::string& kind, int64_t tokens, const MoeBenchOptions& o, uint64_t seed) {
     std::mt19937_64 rng(seed);
     std::vector<int32_t> rank_to_expert(static_cast<size_t>(o.experts));
@@ -184,10 +187,14 @@ HostRouting makeRouting(const std::string& kind, int64_t tokens, const MoeBenchO
         float sum = 0.0f;
         for (int64_t j = 0; j < o.top_k; ++j) {
             std::discrete_distribution<int32_t> pick(w.begin(), w.end());
-            const int32_t r = pick(rng);
-            w[static_cast<size_t>(r)] = 0.0;
             const size_t i = static_cast<size_t>(t * o.top_k + j);
-            h.ids[i] = rank_to_expert[static_cast<size_t>(r)];
+            if (kind == "balanced") {
+                h.ids[i] = static_cast<int32_t>((t * o.top_k + j) % o.experts);
+            } else {
+                const int32_t r = pick(rng);
+                w[static_cast<size_t>(r)] = 0.0;
+                h.ids[i] = rank_to_expert[static_cast<size_t>(r)];
+            }
             h.weights[i] = uniform(rng);
             sum += h.weights[i];
             touched.insert(h.ids[i]);
