@@ -69,7 +69,7 @@ struct MoeCudaOptions {
     // arrival stalls its consumer for an acquire-release atomic, so this pays only while a down CTA has about one item
     // (docs/cuda-moe-notes.md, v8).
     int fused_combine_entries = 8;
-    // Tile shapes with token tiles by TMA (kWide128, kWide256, kTall128): each CTA takes its first work item
+    // Tile shapes with token tiles by TMA (the wide, tall and pair shapes): each CTA (pair) takes its first work item
     // statically and the next ones from a device-wide counter as it finishes, so CTAs that drew short items (an
     // expert's last, partly filled token tile) take more; false: the static round robin blockIdx.x + i * gridDim.x.
     bool dynamic_schedule = true;

@@ -231,7 +231,7 @@ Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_byte
     const WorkspaceLayout l =
         workspaceLayout(params.num_tokens, params.top_k, params.num_experts, params.hidden, params.inter);
     r.combine_counters = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + l.combine_counters);
-    r.dynamic = options.dynamic_schedule && r.shape.tma_tokens && r.shape.cluster == 1;
+    r.dynamic = options.dynamic_schedule && r.shape.tma_tokens;
     r.schedule = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + l.schedule);
     return r;
 }

@@ -35,7 +35,11 @@ struct Layout {
     static constexpr int kItemSlots = 4;
     static constexpr int kItemBarOffset = kBarOffset + 2 * kStages * 8;
     static constexpr int kItemRingOffset = kItemBarOffset + 2 * kItemSlots * 8;
-    static constexpr int kPrefixOffset = kItemRingOffset + kItemSlots * 4;
+    // CTA pairs (kCluster = 2): rank 0's producer takes each next item and hands it to rank 1's producer through
+    // a ring in rank 1's shared memory (full barriers and words there, empty barriers in rank 0).
+    static constexpr int kPairBarOffset = kItemRingOffset + kItemSlots * 8;  // 8-byte aligned after the ring
+    static constexpr int kPairRingOffset = kPairBarOffset + 2 * kItemSlots * 8;
+    static constexpr int kPrefixOffset = kPairRingOffset + kItemSlots * 4;
     // Threads that read each handed-over item: the consumers (the producer's single TMA thread takes them).
     static constexpr int kItemReaders = kConsumers * kWarpgroup;
     // After the prefixes [2 (E + 1)]: fused-routing scratch, ids and slot tokens [kFusedRoutingEntries] each,

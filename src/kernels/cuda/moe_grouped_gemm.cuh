@@ -69,6 +69,9 @@ struct Kernel {
         uint64_t* item_full;   // [kItemSlots]
         uint64_t* item_empty;  // [kItemSlots]
         int* item_ring;        // [kItemSlots] item number, -1 = no more items
+        uint64_t* pair_full;   // kCluster = 2: [kItemSlots] the item words rank 0 sent to rank 1
+        uint64_t* pair_empty;  // [kItemSlots] rank 1 has read them
+        int* pair_ring;        // [kItemSlots]
     };
 
     // Diagnostics: the time (or, for kTraceItems, a count) of `event` for this CTA (MoeCudaOptions::trace).
@@ -99,11 +102,29 @@ struct Kernel {
         sm90::mbarArrive(&sh.item_empty[slot]);
         return value;
     }
-    // The producer has taken its last item: the CTA that completes the count resets both counters, so that the
-    // next launch (a replay of this kernel alone included) starts from zero. Every CTA has finished taking by
-    // then, and the next launch reads the counters only after this grid has completed.
+    // CTA pairs: the producer of rank 0 sends the item number of the CTA's n-th item (n >= 1) to rank 1's, which
+    // receives it; one word per item through pair_ring, flow-controlled by pair_empty.
+    __device__ __forceinline__ static void sendPairItem(const Shared& sh, int n, int value) {
+        const int m = n - 1;
+        const int slot = m % L::kItemSlots;
+        sm90::mbarWaitCluster(&sh.pair_empty[slot], ((m / L::kItemSlots) & 1) ^ 1);
+        sm90::sendToPeer(&sh.pair_ring[slot], value, &sh.pair_full[slot], 1);
+    }
+    __device__ __forceinline__ static int receivePairItem(const Shared& sh, int n) {
+        const int m = n - 1;
+        const int slot = m % L::kItemSlots;
+        sm90::mbarWaitCluster(&sh.pair_full[slot], (m / L::kItemSlots) & 1);
+        const int value = sh.pair_ring[slot];
+        sm90::mbarArriveClusterRelease(&sh.pair_empty[slot], 0);
+        return value;
+    }
+
+    // The producer has taken its last item (with CTA pairs: rank 0's producer): the CTA that completes the count
+    // resets both counters, so that the next launch (a replay of this kernel alone included) starts from zero.
+    // Every CTA has finished taking by then, and the next launch reads the counters only after this grid has
+    // completed.
     __device__ __forceinline__ static void finishTaking(const GroupedGemmArgs& args) {
-        if (atomicAdd(args.schedule + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+        if (atomicAdd(args.schedule + 1, 1) == static_cast<int>(gridDim.x) / kCluster - 1) {
             args.schedule[0] = 0;
             args.schedule[1] = 0;
         }
@@ -263,17 +284,35 @@ struct Kernel {
             return;  // one thread issues every copy
         }
         int iter = 0;
-        int taken = 0;  // items handed to the consumers (dynamic scheduling)
         int next = 0;
-        for (int it = sh.item_begin;; it = sh.dynamic ? next : it + sh.item_stride) {
+        int it = sh.item_begin;
+        // n: the CTA's n-th item (dynamic scheduling hands each to the consumers, and with CTA pairs rank 0's
+        // number to rank 1).
+        for (int n = 0;; ++n) {
+            if (n > 0) {
+                if (!sh.dynamic) {
+                    it += sh.item_stride;
+                } else if (sh.rank == 0) {
+                    it = next;
+                    if constexpr (kCluster > 1) {
+                        sendPairItem(sh, n, it);
+                    }
+                } else {
+                    it = receivePairItem(sh, n);
+                }
+            }
             if (sh.dynamic) {
-                publishItem(sh, taken++, it < total_items ? it : -1);
+                publishItem(sh, n, it < total_items ? it : -1);
                 if (it >= total_items) {
-                    finishTaking(args);
+                    if (sh.rank == 0) {
+                        finishTaking(args);
+                    }
                     break;
                 }
-                // In flight while this item's copies are issued.
-                next = sh.item_stride + atomicAdd(args.schedule, 1);
+                if (sh.rank == 0) {
+                    // In flight while this item's copies are issued.
+                    next = sh.item_stride + atomicAdd(args.schedule, 1);
+                }
             } else if (it >= total_items) {
                 break;
             }
@@ -535,10 +574,13 @@ __global__ void __launch_bounds__(
     }
     sh.item_begin = static_cast<int>(blockIdx.x) / kCluster;
     sh.item_stride = static_cast<int>(gridDim.x) / kCluster;
-    sh.dynamic = kTmaTokens && kCluster == 1 && args.schedule != nullptr;
+    sh.dynamic = kTmaTokens && args.schedule != nullptr;
     sh.item_full = reinterpret_cast<uint64_t*>(base + L::kItemBarOffset);
     sh.item_empty = sh.item_full + L::kItemSlots;
     sh.item_ring = reinterpret_cast<int*>(base + L::kItemRingOffset);
+    sh.pair_full = reinterpret_cast<uint64_t*>(base + L::kPairBarOffset);
+    sh.pair_empty = sh.pair_full + L::kItemSlots;
+    sh.pair_ring = reinterpret_cast<int*>(base + L::kPairRingOffset);
 
     if (threadIdx.x == 0) {
         sm90::prefetchTensorMap(&tmap);
@@ -553,6 +595,8 @@ __global__ void __launch_bounds__(
         for (int s = 0; s < L::kItemSlots; ++s) {
             sm90::mbarInit(&sh.item_full[s], 1);
             sm90::mbarInit(&sh.item_empty[s], L::kItemReaders);
+            sm90::mbarInit(&sh.pair_full[s], 1);
+            sm90::mbarInit(&sh.pair_empty[s], 1);
         }
         sm90::fenceBarrierInit();
     }

@@ -47,8 +47,8 @@ struct GroupedGemmArgs {
     // Small batches (cp.async token shapes only): > 0 = number of routing entries (<= kFusedRoutingEntries) from
     // which both kernels compute the routing themselves (moe_fused_routing.cuh); the permute kernel is skipped.
     int fused_entries = 0;
-    // Dynamic scheduling (MoeCudaOptions::dynamic_schedule; token-TMA shapes without clusters): [0] counts the items
-    // taken after each CTA's first (blockIdx.x), [1] the CTAs done taking. Zero before the launch (the kernel before
+    // Dynamic scheduling (MoeCudaOptions::dynamic_schedule; token-TMA shapes): [0] counts the items taken after each
+    // CTA's (CTA pair's) first (blockIdx.x / cluster), [1] the CTAs (pairs) done taking. Zero before the launch (the kernel before
     // it in the layer zeroes them) and reset by the last CTA to finish taking, so a replay alone finds them zero.
     // nullptr: static round robin.
     int32_t* schedule = nullptr;

@@ -41,6 +41,35 @@ __device__ __forceinline__ void mbarArriveCluster(uint64_t* bar, uint32_t cta_ra
         : "memory");
 }
 
+// Cluster-scope hand-over of one word to CTA `cta_rank`: stores `value` at the peer's copy of `slot` (same
+// shared-memory offset), then arrives on the peer's copy of `bar` with release at cluster scope, so that a
+// cluster-scope acquire of that phase (mbarWaitCluster) sees the word.
+__device__ __forceinline__ void sendToPeer(int* slot, int value, uint64_t* bar, uint32_t cta_rank) {
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote_slot, remote_bar;\n"
+        "mapa.shared::cluster.u32 remote_slot, %0, %2;\n"
+        "mapa.shared::cluster.u32 remote_bar, %1, %2;\n"
+        "st.shared::cluster.u32 [remote_slot], %3;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote_bar];\n"
+        "}\n" ::"r"(smemAddr(slot)),
+        "r"(smemAddr(bar)), "r"(cta_rank), "r"(value)
+        : "memory");
+}
+
+// Arrives on the peer's copy of `bar` with release at cluster scope (this thread's earlier reads and writes of
+// shared memory happen before whatever the peer does after its acquire).
+__device__ __forceinline__ void mbarArriveClusterRelease(uint64_t* bar, uint32_t cta_rank) {
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+        "}\n" ::"r"(smemAddr(bar)),
+        "r"(cta_rank)
+        : "memory");
+}
+
 __device__ __forceinline__ void mbarArriveExpectTx(uint64_t* bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smemAddr(bar)), "r"(bytes) : "memory");
 }
@@ -65,6 +94,29 @@ __device__ __forceinline__ bool mbarTryWait(uint64_t* bar, uint32_t parity) {
 __device__ __forceinline__ void mbarWait(uint64_t* bar, uint32_t parity) {
     uint32_t polls = 0;
     while (!mbarTryWait(bar, parity)) {
+        if (++polls == (1u << 28)) {
+            __trap();
+        }
+    }
+}
+
+// mbarWait with acquire at cluster scope: for phases completed by a peer CTA's release.cluster arrival.
+__device__ __forceinline__ void mbarWaitCluster(uint64_t* bar, uint32_t parity) {
+    uint32_t polls = 0;
+    for (;;) {
+        uint32_t done;
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n"
+            "}\n"
+            : "=r"(done)
+            : "r"(smemAddr(bar)), "r"(parity)
+            : "memory");
+        if (done != 0) {
+            return;
+        }
         if (++polls == (1u << 28)) {
             __trap();
         }
