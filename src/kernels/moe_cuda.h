@@ -29,7 +29,9 @@ namespace afd::kernels {
 // per SM, token tiles gathered by cp.async (memory-bound regime). kTiny8: 8-token tiles (9 KB stages), 5 stages (6 in
 // the gate-up kernel), up to four CTAs per SM, so that the down kernel's CTAs of a one- or two-token step are resident
 // beside the gate-up kernel's and start as soon as it ends. kWideN: two consumer warpgroups, items of 128 weight rows x
-// up to N tokens, one CTA per SM, token tiles by TMA from rows in slot order (compute-bound regime); kWide256Gather:
+// up to N tokens, one CTA per SM, token tiles by TMA from rows in slot order (compute-bound regime); kWide288 holds a
+// whole expert of up to 288 tokens in one tile (larger ones in tiles of 256), so at T = 4096 (256 +- 16 tokens per
+// expert) each expert streams its weights once, its consumers taking registers from the producer; kWide256Gather:
 // the wide tile with cp.async gathers. kTall128: two consumers with two 64-row blocks each, items of 256 weight rows x
 // up to 128 tokens (token tiles by TMA), so each token tile is re-read half as often as with kWide128. kWide128Pair /
 // kWide256Pair: the wide tiles in clusters of two CTAs on adjacent weight tiles of one expert that load each token tile
@@ -45,13 +47,14 @@ enum class MoeTileConfig {
     kSmall128,
     kWide128,
     kWide256,
+    kWide288,
     kWide256Gather,
     kTall128,
     kWide128Pair,
     kWide256Pair
 };
 
-// Parses "auto", "tiny8", "small16" … "wide256", "wide256g", "tall128", "wide128pair", "wide256pair"; returns false
+// Parses "auto", "tiny8", "small16" … "wide256", "wide288", "wide256g", "tall128", "wide128pair", "wide256pair"; returns false
 // for anything else.
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config);
 const char* moeTileConfigName(MoeTileConfig config);

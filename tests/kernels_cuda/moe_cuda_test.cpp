@@ -119,7 +119,8 @@ std::vector<Case> cases() {
 constexpr MoeTileConfig kAllConfigs[] = {
     MoeTileConfig::kAuto,          MoeTileConfig::kTiny8,    MoeTileConfig::kSmall16,     MoeTileConfig::kSmall32,
     MoeTileConfig::kSmall64,       MoeTileConfig::kSmall128, MoeTileConfig::kWide128,     MoeTileConfig::kWide256,
-    MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128,  MoeTileConfig::kWide128Pair, MoeTileConfig::kWide256Pair};
+    MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128,  MoeTileConfig::kWide128Pair, MoeTileConfig::kWide256Pair,
+    MoeTileConfig::kWide288};
 
 // The configurations whose tiles divide the case's shape (the others are refused by resolveMoeTileConfig).
 std::vector<MoeTileConfig> configsFor(const Case& c) {
@@ -150,22 +151,16 @@ struct Mode {
     bool early_stage_release = true;
 };
 
-bool isPair(MoeTileConfig config) {
-    return config == MoeTileConfig::kWide128Pair || config == MoeTileConfig::kWide256Pair;
-}
-
 // Each configuration with the default options; when the case is small enough for the fused paths, also with the
 // permute and combine kernels, and with the permute kernel but the combine in the down kernel (allowed up to its
-// cap, so that down CTAs with many items arrive on each block several times). The shapes that may take items from
-// the device-wide counter (all but the pairs) also run with the static round robin and the stages released after
-// the next stage's wgmma.
+// cap, so that down CTAs with many items arrive on each block several times). Every configuration also runs with the
+// static round robin and the stages released after the next stage's wgmma (the token-TMA shapes take items from the
+// device-wide counter by default).
 std::vector<Mode> configsAndFusionModes(const Case& c) {
     std::vector<Mode> modes;
     for (const MoeTileConfig t : configsFor(c)) {
         modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries});
-        if (!isPair(t)) {
-            modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, false, false});
-        }
+        modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, false, false});
         if (c.tokens * c.top_k <= 256) {
             modes.push_back({t, false, 0});
             modes.push_back({t, false, 256});
@@ -193,6 +188,8 @@ int blockTokens(MoeTileConfig config) {
         case MoeTileConfig::kWide256Gather:
         case MoeTileConfig::kWide256Pair:
             return 256;
+        case MoeTileConfig::kWide288:
+            return 288;
         case MoeTileConfig::kAuto:
             break;
     }
@@ -253,7 +250,10 @@ PermuteResult checkPermutation(const Problem& p, const MoeWorkspaceView& v, int 
         EXPECT_EQ(r.slot_offset[static_cast<size_t>(e)], slot_sum) << "expert " << e;
         EXPECT_EQ(r.tile_offset[static_cast<size_t>(e)], tile_sum) << "expert " << e;
         slot_sum += want_count[static_cast<size_t>(e)];
-        tile_sum += (want_count[static_cast<size_t>(e)] + block_tokens - 1) / block_tokens;
+        // One tile up to block_tokens; beyond, tiles of 256 for the tiles over 256 tokens (wide288).
+        const int32_t count = want_count[static_cast<size_t>(e)];
+        const int32_t multi = block_tokens > 256 ? 256 : block_tokens;
+        tile_sum += count <= block_tokens ? (count > 0 ? 1 : 0) : (count + multi - 1) / multi;
     }
     EXPECT_EQ(r.slot_offset[static_cast<size_t>(e_count)], slot_sum);
     EXPECT_EQ(r.tile_offset[static_cast<size_t>(e_count)], tile_sum);
@@ -433,7 +433,8 @@ TEST(MoeCudaTest, StagesReplayedAloneServeEveryItem) {
     std::mt19937 rng(91);
     Problem p({"replay", 900, 256, 128, 8, 4, Routing::kSkewed}, rng);
     const MoeParams params = p.params();
-    for (const MoeTileConfig tile : {MoeTileConfig::kWide128, MoeTileConfig::kWide256, MoeTileConfig::kTall128}) {
+    for (const MoeTileConfig tile : {MoeTileConfig::kWide128, MoeTileConfig::kWide256, MoeTileConfig::kWide288,
+                                     MoeTileConfig::kTall128, MoeTileConfig::kWide256Pair}) {
         SCOPED_TRACE(moeTileConfigName(tile));
         MoeCudaOptions options;
         options.tile = tile;
@@ -521,7 +522,8 @@ TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
     const std::pair<int64_t, MoeTileConfig> expected[] = {
         {1, MoeTileConfig::kTiny8},      {2, MoeTileConfig::kTiny8},       {3, MoeTileConfig::kSmall16},
         {64, MoeTileConfig::kSmall16},   {256, MoeTileConfig::kSmall64},   {1024, MoeTileConfig::kWide128},
-        {4096, MoeTileConfig::kWide256}, {16384, MoeTileConfig::kWide256},
+        {4096, MoeTileConfig::kWide288}, {4608, MoeTileConfig::kWide288}, {4624, MoeTileConfig::kWide256},
+        {16384, MoeTileConfig::kWide256},
     };
     for (const auto& [tokens, config] : expected) {
         p.num_tokens = tokens;

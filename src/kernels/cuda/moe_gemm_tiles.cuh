@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/moe_grouped_gemm.h"
 #include "kernels/cuda/moe_stages.h"
+#include "kernels/cuda/moe_token_tiles.cuh"
 
 namespace afd::kernels::cuda::grouped_gemm {
 
@@ -22,7 +23,9 @@ struct Layout {
     static constexpr int kBlocks = kConsumers * kMBlocks;                         // 64-row blocks per item
     static constexpr int kABytes = kBlocks * kWeightRowsPerConsumer * kRowBytes;  // per stage
     static constexpr int kBBytes = kBlockTokens * kRowBytes;                      // per stage
-    static constexpr int kEpiTokens = kBlockTokens < 64 ? kBlockTokens : 64;      // tokens per epilogue pass
+    // Tokens per epilogue pass (32 for tiles over 256 tokens, whose four stages leave room for no more staging;
+    // 48-token passes in the gate-up kernel measured slower, docs/cuda-moe-notes.md v10).
+    static constexpr int kEpiTokens = kBlockTokens < 64 ? kBlockTokens : (kBlockTokens > 256 ? 32 : 64);
     static constexpr int kEpiCols = kGateUp ? 32 : 64;                            // outputs per token and consumer
     static constexpr int kEpiStride = kEpiCols + 8;  // bf16; the pad makes the staging stores conflict-free
     static constexpr int kEpiBytes = kEpiTokens * kEpiStride * 2;
@@ -46,10 +49,23 @@ struct Layout {
     // counts [E].
     static constexpr int kThreads = kWarpgroup * (kConsumers + 1);
     static constexpr int kRowsPerThread = kBlockTokens >= 16 ? kBlockTokens / 16 : 1;  // cp.async token rows
-    static constexpr int kTokenBoxRows = kBlockTokens < 64 ? kBlockTokens : 64;        // rows of one token TMA box
+    // Rows of one token TMA box, and whether a full token tile (kBlockTokens / kCluster rows per CTA) goes in one box
+    // (TMA boxes have at most 256 rows). Tiles over 256 tokens load boxes of 96 rows, which divide 288 (64-row boxes
+    // for their items of up to 256 tokens measured slower, docs/cuda-moe-notes.md v10).
+    static constexpr int kTokenBoxRows = kBlockTokens < 64 ? kBlockTokens : (kBlockTokens > 256 ? 96 : 64);
+    static constexpr bool kFullTokenBox = kBlockTokens / kCluster <= 256;
+    // Tiles over 256 tokens hold more than 128 accumulators per consumer thread: the producer warpgroup gives
+    // registers to the consumers (setmaxnreg): 384 threads launch with 168 each, the producer keeps kProducerRegs.
+    static constexpr bool kRebalanceRegs = kBlockTokens > 256;
+    static constexpr int kProducerRegs = 72;
+    static constexpr int kConsumerRegs = 216;  // (168 * 384 - 72 * 128) / 256
     static_assert(kBOffset % 1024 == 0 && kEpiOffset % 1024 == 0, "stages must stay 1024-byte aligned");
     static_assert(kEpiBytes % 16 == 0 && kBarOffset % 8 == 0, "staging and barriers alignment");
-    static_assert(kBlocks * kWeightRowsPerConsumer <= 256 && kBlockTokens <= 256, "TMA boxes have <= 256 rows");
+    static_assert(kBlocks * kWeightRowsPerConsumer <= 256, "a weight TMA box has <= 256 rows");
+    static_assert(kFullTokenBox || (kBlockTokens % kTokenBoxRows == 0 && kCluster == 1),
+                  "token tiles over 256 rows load whole boxes of kTokenBoxRows");
+    static_assert(!kRebalanceRegs || (kConsumers == 2 && kProducerRegs + 2 * kConsumerRegs <= 3 * 168),
+                  "register rebalancing assumes 384 threads of 168 registers");
     static_assert(kCluster == 1 || (kCluster == 2 && kTmaTokens), "clusters multicast token TMA boxes");
     // CTAs per SM the registers must allow: the 8-token pipeline (51 KB of shared memory in the down kernel) runs up
     // to four, the other one-consumer shapes two.
@@ -57,15 +73,16 @@ struct Layout {
     // Arrivals that release a stage: every consumer thread (one CTA), or one per consumer warp of each CTA.
     static constexpr int kEmptyArrivals = kCluster == 1 ? kConsumers * kWarpgroup : kCluster * kConsumers * 4;
 
-    // Dynamic shared memory: 1024 bytes of alignment slack + the fixed part + prefixes + fused-routing scratch.
+    // Dynamic shared memory: 1024 bytes of alignment slack + the fixed part + prefixes + fused-routing scratch (the
+    // cp.async token shapes only: the fused routing is theirs).
+    static constexpr size_t scratchBytes(int num_experts) {
+        return kTmaTokens ? 0 : (2 * static_cast<size_t>(kFusedRoutingEntries) + static_cast<size_t>(num_experts)) * 4;
+    }
     static constexpr size_t bytes(int num_experts) {
         return 1024 + static_cast<size_t>(kPrefixOffset) + 2 * static_cast<size_t>(num_experts + 1) * 4 +
-               (2 * static_cast<size_t>(kFusedRoutingEntries) + static_cast<size_t>(num_experts)) * 4;
+               scratchBytes(num_experts);
     }
-    static_assert(1024 + kPrefixOffset +
-                          (2 * (kMaxPermuteExperts + 1) + 2 * kFusedRoutingEntries + kMaxPermuteExperts) * 4 <=
-                      227 * 1024,
-                  "shared memory per CTA");
+    static_assert(bytes(kMaxPermuteExperts) <= 227 * 1024, "shared memory per CTA");
 };
 
 struct Item {
@@ -99,14 +116,20 @@ __device__ __forceinline__ Item decodeItem(int it, const int* tiles, const int* 
     Item item;
     item.expert = experts != nullptr ? experts[lo] : lo;
     item.n_tile = n;
-    item.slot_base = slots[lo] + m * kBlockTokens;
-    item.ntok = min(kBlockTokens, count - m * kBlockTokens);
+    int first = 0;
+    expertTokenTile(count, m_tiles, m, multiTileTokens(kBlockTokens), &first, &item.ntok);
+    item.slot_base = slots[lo] + first;
     return item;
 }
 
-// wgmma N for a tile of ntok tokens: the smallest of 8, 16, 32 … kBlockTokens that holds them.
+// wgmma N for a tile of ntok tokens: the smallest of 8, 16, 32, 64, 128 that holds them; above 128 (tiles over 256
+// tokens) the next multiple of 16, which the consumer runs as a 128- or 256-column instruction plus narrower ones
+// (sm90::wgmmaColumns).
 template <int kBlockTokens>
 __device__ __forceinline__ int paddedTokens(int ntok) {
+    if (kBlockTokens > 256 && ntok > 128) {
+        return min(kBlockTokens, (ntok + 15) & ~15);
+    }
     int n = 8;
     while (n < ntok && n < kBlockTokens) {
         n *= 2;

@@ -74,6 +74,15 @@ struct Kernel {
         int* pair_ring;        // [kItemSlots]
     };
 
+    // mbarWait, with the trap out of line where setmaxnreg raised the consumers' registers (mbarWaitColdTrap).
+    __device__ __forceinline__ static void waitBar(uint64_t* bar, uint32_t parity) {
+        if constexpr (L::kRebalanceRegs) {
+            sm90::mbarWaitColdTrap(bar, parity);
+        } else {
+            sm90::mbarWait(bar, parity);
+        }
+    }
+
     // Diagnostics: the time (or, for kTraceItems, a count) of `event` for this CTA (MoeCudaOptions::trace).
     __device__ __forceinline__ static void trace(const GroupedGemmArgs& args, int event, uint64_t value) {
         if (args.trace != nullptr && blockIdx.x < static_cast<unsigned>(kMoeTraceMaxCtas)) {
@@ -90,14 +99,14 @@ struct Kernel {
     // left) to the consumers as the CTA's n-th item.
     __device__ __forceinline__ static void publishItem(const Shared& sh, int n, int value) {
         const int slot = n % L::kItemSlots;
-        sm90::mbarWait(&sh.item_empty[slot], ((n / L::kItemSlots) & 1) ^ 1);
+        waitBar(&sh.item_empty[slot], ((n / L::kItemSlots) & 1) ^ 1);
         sh.item_ring[slot] = value;
         sm90::mbarArrive(&sh.item_full[slot]);  // release: the ring store is visible to the waiting consumers
     }
     // Consumer side (every consumer thread): the CTA's n-th item number, -1 when there is none.
     __device__ __forceinline__ static int takeItem(const Shared& sh, int n) {
         const int slot = n % L::kItemSlots;
-        sm90::mbarWait(&sh.item_full[slot], (n / L::kItemSlots) & 1);
+        waitBar(&sh.item_full[slot], (n / L::kItemSlots) & 1);
         const int value = sh.item_ring[slot];
         sm90::mbarArrive(&sh.item_empty[slot]);
         return value;
@@ -141,11 +150,13 @@ struct Kernel {
     // Token TMA boxes of an item: one box of kBlockTokens rows per cluster CTA when the padded count fills the
     // tile (fewer TMA issues), else enough 64-row boxes for the padded count. Box b is issued by CTA rank
     // b % kCluster.
+    // Items whose boxes come from tmap_b_full: full tiles of the shapes whose tile fits one box per CTA.
+    __device__ __forceinline__ static bool fullBoxes(int npad) { return L::kFullTokenBox && npad == kBlockTokens; }
     __device__ __forceinline__ static int tokenBoxes(int npad) {
-        return npad == kBlockTokens ? kCluster : (npad + L::kTokenBoxRows - 1) / L::kTokenBoxRows;
+        return fullBoxes(npad) ? kCluster : (npad + L::kTokenBoxRows - 1) / L::kTokenBoxRows;
     }
     __device__ __forceinline__ static int tokenBoxRows(int npad) {
-        return npad == kBlockTokens ? kBlockTokens / kCluster : L::kTokenBoxRows;
+        return fullBoxes(npad) ? kBlockTokens / kCluster : L::kTokenBoxRows;
     }
 
     // Weight tile of (item, kb) into stage `stage`: arrive.expect_tx (for the token boxes too with kTmaTokens)
@@ -195,7 +206,7 @@ struct Kernel {
                                                            const Shared& sh, int stage, const Item& item, int npad,
                                                            int kb, uint64_t policy) {
         uint8_t* b = sh.base + L::kBOffset + stage * L::kBBytes;
-        const CUtensorMap* tmap = npad == kBlockTokens ? tmap_b_full : tmap_b;
+        const CUtensorMap* tmap = fullBoxes(npad) ? tmap_b_full : tmap_b;
         const int rows = tokenBoxRows(npad);
         for (int box = sh.rank; box < tokenBoxes(npad); box += kCluster) {
             if constexpr (kCluster == 1) {
@@ -326,7 +337,7 @@ struct Kernel {
                 const int stage = iter % kStages;
                 const uint32_t phase = (iter / kStages) & 1;
                 if (iter >= prefetched) {
-                    sm90::mbarWait(&sh.empty[stage], phase ^ 1);
+                    waitBar(&sh.empty[stage], phase ^ 1);
                     if (ptid == 0) {
                         issueWeights(tmap, args, sh, stage, item, kb, policy);
                     }
@@ -351,7 +362,7 @@ struct Kernel {
         const int warp = ctid >> 5;
         const int lane = ctid & 31;
         uint16_t* stg = reinterpret_cast<uint16_t*>(sh.base + L::kEpiOffset + wg * L::kEpiBytes);
-        constexpr int kChunk = N < 64 ? N : 64;
+        constexpr int kChunk = N < L::kEpiTokens ? N : L::kEpiTokens;
         constexpr int kStride = L::kEpiStride;
         constexpr int kVecPerRow = L::kEpiCols / 8;
         const int col0 = kGateUp ? item.n_tile * 32 * L::kBlocks + 32 * block
@@ -362,12 +373,17 @@ struct Kernel {
         // the second 8 from lanes 8-15).
         const uint32_t stg_addr =
             sm90::smemAddr(stg) + 2 * ((lane & 7) * kStride + (kGateUp ? 8 * warp : 16 * warp + 8 * ((lane >> 3) & 1)));
+        // N = 144, 160 … (paddedTokens): the last pass may have fewer than kChunk columns of the accumulator.
+        constexpr int kPasses = (N + kChunk - 1) / kChunk;
 #pragma unroll
-        for (int ch = 0; ch < N / kChunk; ++ch) {
+        for (int ch = 0; ch < kPasses; ++ch) {
             sm90::namedBarrierSync(1 + wg, kWarpgroup);  // the previous pass has read the staging buffer
 #pragma unroll
             for (int jj = 0; jj < kChunk / 8; ++jj) {
                 const int j = ch * (kChunk / 8) + jj;
+                if (j >= N / 8) {
+                    break;  // resolved at compile time: both are constants once unrolled
+                }
                 const uint32_t addr = stg_addr + 2 * (8 * jj * kStride);
                 if constexpr (kGateUp) {
                     // Thread: gate rows of intermediate column 8 warp + lane / 4 in acc[4j], acc[4j + 1] (tokens
@@ -408,7 +424,7 @@ struct Kernel {
         for (int kb = 0; kb < k_blocks; ++kb, ++iter) {
             const int stage = iter % kStages;
             const uint32_t phase = (iter / kStages) & 1;
-            sm90::mbarWait(&sh.full[stage], phase);
+            waitBar(&sh.full[stage], phase);
             if (iter == 0 && wg == 0 && ctid == 0) {
                 traceNow(args, kTraceFirstData);
             }
@@ -431,8 +447,8 @@ struct Kernel {
 #pragma unroll
                 for (int mb = 0; mb < kMBlocks; ++mb) {
                     // +32 bytes of K per step = +2 in the descriptor's 16-byte address units; +8 KB per block.
-                    sm90::Wgmma<N>::mma(acc[mb], desc_a + 2 * kk + mb * ((kWeightRowsPerConsumer * kRowBytes) >> 4),
-                                        desc_b + 2 * kk, (kb > 0 || kk > 0) ? 1 : 0);
+                    sm90::wgmmaColumns<N>(acc[mb], desc_a + 2 * kk + mb * ((kWeightRowsPerConsumer * kRowBytes) >> 4),
+                                          desc_b + 2 * kk, (kb > 0 || kk > 0) ? 1 : 0);
                 }
             }
             sm90::wgmmaCommit();
@@ -479,6 +495,20 @@ struct Kernel {
                                        reinterpret_cast<int*>(sh.base + L::kEpiOffset + wg * L::kEpiBytes));
                 }
             }
+        }
+    }
+
+    // Items of more than 128 tokens in tiles over 256: wgmma N is the next multiple of 16 (paddedTokens), one
+    // instantiation each.
+    template <int N>
+    __device__ __forceinline__ static void consumeWide(int npad, const GroupedGemmArgs& args, const Shared& sh,
+                                                       const Item& item, int k_blocks, int& iter, int wg, int ctid) {
+        if (npad == N) {
+            consumeItem<N>(args, sh, item, k_blocks, iter, wg, ctid);
+        } else if constexpr (N + 16 <= kBlockTokens) {
+            consumeWide<N + 16>(npad, args, sh, item, k_blocks, iter, wg, ctid);
+        } else {
+            sm90::trapOutOfLine();  // an item no consumer takes would leave the producer waiting forever
         }
     }
 
@@ -532,7 +562,13 @@ struct Kernel {
                     if constexpr (kBlockTokens >= 128) consumeItem<128>(args, sh, item, k_blocks, iter, wg, ctid);
                     break;
                 default:
-                    if constexpr (kBlockTokens >= 256) consumeItem<256>(args, sh, item, k_blocks, iter, wg, ctid);
+                    // 256, or 144, 160 … kBlockTokens in tiles over 256 tokens (paddedTokens)
+                    if constexpr (kBlockTokens > 256) {
+                        consumeWide<144>(paddedTokens<kBlockTokens>(item.ntok), args, sh, item, k_blocks, iter, wg,
+                                         ctid);
+                    } else if constexpr (kBlockTokens == 256) {
+                        consumeItem<256>(args, sh, item, k_blocks, iter, wg, ctid);
+                    }
                     break;
             }
         }
@@ -620,7 +656,7 @@ __global__ void __launch_bounds__(
     }
     // NOTE: the down kernel reads the offsets (or the routing) before its dependency wait; the kernels that wrote
     // them finished before the gate-up kernel (which this one waits for) let it launch.
-    if (args.fused_entries > 0) {
+    if (!kTmaTokens && args.fused_entries > 0) {  // the scratch exists for the cp.async shapes only
         int* s_ids = slots + args.num_experts + 1;
         int* s_slot_token = s_ids + kFusedRoutingEntries;
         int* s_counts = s_slot_token + kFusedRoutingEntries;
@@ -654,11 +690,18 @@ __global__ void __launch_bounds__(
     const int total_items = tiles[sh.rows] * (args.n_tiles / kCluster);
     const int k_blocks = (args.k + kBlockK - 1) / kBlockK;
     const int warpgroup = threadIdx.x / kWarpgroup;
-    // NOTE: no setmaxnreg: with a 56-register producer ptxas spilled in the producer's address arithmetic, while
-    // the uniform 168-register budget of 384 threads holds the 128 accumulators of a 64 x 256 tile.
+    // NOTE: setmaxnreg only for tiles over 256 tokens (Layout::kRebalanceRegs): the uniform 168-register budget of
+    // 384 threads holds the 128 accumulators of a 64 x 256 tile, and a 56-register producer spilled in its address
+    // arithmetic.
     if (warpgroup == 0) {
+        if constexpr (L::kRebalanceRegs) {
+            sm90::setMaxRegsDec<L::kProducerRegs>();
+        }
         K::produce(&tmap, &tmap_b, &tmap_b_full, args, sh, total_items, k_blocks);
     } else {
+        if constexpr (L::kRebalanceRegs) {
+            sm90::setMaxRegsInc<L::kConsumerRegs>();
+        }
         if constexpr (!kGateUp) {
             sm90::gridDependencyWait();
             sm90::launchDependents();

@@ -110,11 +110,20 @@ inline constexpr TileShape kSmall64Shape{1, 1, 64, 6, false, 1};
 inline constexpr TileShape kSmall128Shape{1, 1, 128, 4, false, 1};
 inline constexpr TileShape kWide128Shape{2, 1, 128, 6, true, 1};
 inline constexpr TileShape kWide256Shape{2, 1, 256, 4, true, 1};
+// 288-token tiles: at T = 4096 (256 +- 16 tokens per expert) nearly every expert streams its weights once, where
+// 256-token tiles read about half of the experts' weights twice. 144 accumulators per consumer thread: the
+// consumers take registers from the producer (Layout::kRebalanceRegs).
+inline constexpr TileShape kWide288Shape{2, 1, 288, 4, true, 1};
 inline constexpr TileShape kWide256GatherShape{2, 1, 256, 4, false, 1};
 inline constexpr TileShape kTall128Shape{2, 2, 128, 4, true, 1};
 inline constexpr TileShape kWide128PairShape{2, 1, 128, 6, true, 2};
 inline constexpr TileShape kWide256PairShape{2, 1, 256, 4, true, 2};
 TileShape tileShape(MoeTileConfig config);
+
+// Tokens of each tile of an expert that needs more than one (moe_token_tiles.cuh): shapes with tiles over 256 tokens
+// hold a whole expert of up to block_tokens tokens in one tile and split larger ones into tiles of 256 (whose full
+// tiles run one n256 wgmma per k-step, not a composite 256 + 32); the other shapes' tiles are all block_tokens.
+__host__ __device__ constexpr int multiTileTokens(int block_tokens) { return block_tokens > 256 ? 256 : block_tokens; }
 
 // Output columns one item covers: gate-up 32 per 64-row block (intermediate columns), down 64 per block. A
 // cluster's items together cover `cluster` times as many.
@@ -125,7 +134,8 @@ inline int downRowsPerItem(const TileShape& s) { return 64 * s.consumers * s.m_b
 // returns the launch status. `tmap_a` describes the weights: gate-up the 5-D interleaved view of w13 with box
 // {64, 8, 2, 4 * blocks, 1} (a_interleaved) or the 2-D view with box {64, 8}; down w2 as [E * H, I] with box
 // {64, 64 * blocks} (blocks = consumers * m_blocks). `tmap_b` (tma_tokens shapes only) describes b_src as
-// [rows, b_ld] with box {64, min(64, block_tokens)}, `tmap_b_full` the same with box {64, block_tokens / cluster}
+// [rows, b_ld] with box {64, tokenBoxRows}, `tmap_b_full` the same with box {64, block_tokens / cluster} (tiles up to
+// 256 tokens)
 // (one box per CTA of the cluster for items that fill the tile). All bf16 with the 128-byte swizzle. `sm_count`
 // sizes the persistent grid.
 #define AFD_DECLARE_GROUPED_GEMM(name)                                                                             \
@@ -139,6 +149,7 @@ AFD_DECLARE_GROUPED_GEMM(Small64);
 AFD_DECLARE_GROUPED_GEMM(Small128);
 AFD_DECLARE_GROUPED_GEMM(Wide128);
 AFD_DECLARE_GROUPED_GEMM(Wide256);
+AFD_DECLARE_GROUPED_GEMM(Wide288);
 AFD_DECLARE_GROUPED_GEMM(Wide256Gather);
 AFD_DECLARE_GROUPED_GEMM(Tall128);
 AFD_DECLARE_GROUPED_GEMM(Wide128Pair);

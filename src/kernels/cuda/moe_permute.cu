@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/moe_stages.h"
+#include "kernels/cuda/moe_token_tiles.cuh"
 #include "kernels/cuda/sm90_ptx.cuh"
 
 namespace afd::kernels::cuda {
@@ -88,10 +89,11 @@ __device__ void rankEntries(const int32_t* topk_ids, int begin, int end, int num
 }
 
 // Scans counts (thread e holds count_e) into offsets[] (shared) and, if `write`, the global offsets.
-__device__ void scanOffsets(int count, int num_experts, int block_tokens, int* warp_sums, int* offsets, bool write,
+__device__ void scanOffsets(int count, int num_experts, int block_tokens, int single_tile_tokens, int* warp_sums,
+                            int* offsets, bool write,
                             int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset) {
     const int tid = threadIdx.x;
-    const int tiles = (count + block_tokens - 1) / block_tokens;
+    const int tiles = expertTokenTiles(count, block_tokens, single_tile_tokens);
     int total_slots = 0;
     int total_tiles = 0;
     const int slot_start = blockExclusiveScan(count, warp_sums, &total_slots);
@@ -112,6 +114,7 @@ __device__ void scanOffsets(int count, int num_experts, int block_tokens, int* w
 
 __global__ void __launch_bounds__(kThreads)
     permuteKernel(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
+                  int single_tile_tokens,
                   int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot,
                   int32_t* slot_token, int32_t* schedule) {
     __shared__ int counts[kMaxPermuteExperts];
@@ -133,7 +136,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     // (2) offsets of slots and of token tiles.
-    scanOffsets(tid < num_experts ? counts[tid] : 0, num_experts, block_tokens, warp_sums, offsets, true, expert_count,
+    scanOffsets(tid < num_experts ? counts[tid] : 0, num_experts, block_tokens, single_tile_tokens, warp_sums, offsets,
+                true, expert_count,
                 slot_offset, tile_offset);
     __syncthreads();
     sm90::launchDependents();
@@ -171,6 +175,7 @@ __global__ void __launch_bounds__(kThreads)
 // entries after the entries of the earlier chunks.
 __global__ void __launch_bounds__(kThreads)
     scatterKernel(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
+                  int single_tile_tokens,
                   int num_chunks, const int32_t* chunk_counts, int32_t* expert_count, int32_t* slot_offset,
                   int32_t* tile_offset, int32_t* entry_slot, int32_t* slot_token, int32_t* schedule) {
     __shared__ int offsets[kMaxPermuteExperts];
@@ -189,7 +194,8 @@ __global__ void __launch_bounds__(kThreads)
             total += n;
         }
     }
-    scanOffsets(total, num_experts, block_tokens, warp_sums, offsets, blockIdx.x == 0, expert_count, slot_offset,
+    scanOffsets(total, num_experts, block_tokens, single_tile_tokens, warp_sums, offsets, blockIdx.x == 0, expert_count,
+                slot_offset,
                 tile_offset);
     __syncthreads();
     if (tid < num_experts) {
@@ -228,10 +234,12 @@ int permuteChunks(int num_entries) {
 }
 
 cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
+                             int single_tile_tokens,
                              int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot,
                              int32_t* slot_token, int32_t* chunk_counts, int32_t* schedule, cudaStream_t stream,
                              bool programmatic) {
-    if (num_experts < 1 || num_experts > kMaxPermuteExperts || block_tokens < 1 || top_k < 1) {
+    if (num_experts < 1 || num_experts > kMaxPermuteExperts || block_tokens < 1 || single_tile_tokens < block_tokens ||
+        top_k < 1) {
         return cudaErrorInvalidValue;
     }
     cudaLaunchAttribute attr[1];
@@ -239,6 +247,7 @@ cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k
     if (chunks == 0) {
         const cudaLaunchConfig_t config = permuteLaunchConfig(1, stream, attr, programmatic);
         return cudaLaunchKernelEx(&config, permuteKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
+                                  single_tile_tokens,
                                   expert_count, slot_offset, tile_offset, entry_slot, slot_token, schedule);
     }
     const cudaLaunchConfig_t count_config =
@@ -251,6 +260,7 @@ cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k
     const cudaLaunchConfig_t scatter_config =
         permuteLaunchConfig(static_cast<unsigned>(chunks), stream, attr, programmatic);
     return cudaLaunchKernelEx(&scatter_config, scatterKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
+                              single_tile_tokens,
                               chunks, static_cast<const int32_t*>(chunk_counts), expert_count, slot_offset, tile_offset,
                               entry_slot, slot_token, schedule);
 }

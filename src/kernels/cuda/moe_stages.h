@@ -19,11 +19,13 @@ inline constexpr int kSingleCtaPermuteEntries = 2048;
 int permuteChunks(int num_entries);
 
 // Groups the routing entries by expert. topk_ids [num_entries] (entry t*K + j); ids outside [0, num_experts)
-// are not served. Writes expert_count [E], slot_offset [E + 1], tile_offset [E + 1] (tiles of block_tokens),
+// are not served. Writes expert_count [E], slot_offset [E + 1], tile_offset [E + 1] (expertTokenTiles: one tile up to
+// single_tile_tokens >= block_tokens, else tiles of block_tokens),
 // entry_slot [num_entries] (-1 when not served) and slot_token [valid entries]; chunk_counts
 // [permuteChunks(num_entries), E] is scratch. Also zeroes schedule[0, kScheduleWords) when not null (the gate-up
 // kernel's dynamic-schedule counters, read after this grid has completed).
 cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
+                             int single_tile_tokens,
                              int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot,
                              int32_t* slot_token, int32_t* chunk_counts, int32_t* schedule, cudaStream_t stream,
                              bool programmatic);

@@ -123,6 +123,32 @@ __device__ __forceinline__ void mbarWaitCluster(uint64_t* bar, uint32_t parity) 
     }
 }
 
+// A trap for code under setmaxnreg (mbarWaitColdTrap), out of line.
+__device__ __noinline__ inline void trapOutOfLine() { __trap(); }
+
+// mbarWait for warpgroups whose registers were raised by setmaxnreg: an inlined trap in their code made ptxas
+// allocate it within the kernel's launch budget (spills and serialized wgmma, C7512), a call on the cold path does
+// not. (Elsewhere the inlined trap is kept: the call's register convention cost the 256-token kernels a spill.)
+__device__ __forceinline__ void mbarWaitColdTrap(uint64_t* bar, uint32_t parity) {
+    uint32_t polls = 0;
+    while (!mbarTryWait(bar, parity)) {
+        if (++polls == (1u << 28)) {
+            trapOutOfLine();
+        }
+    }
+}
+
+// Per-warpgroup register budget (setmaxnreg; every warp of the warpgroup executes it): the producer gives
+// registers back to the CTA's pool, the consumers take them.
+template <int kRegs>
+__device__ __forceinline__ void setMaxRegsDec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setMaxRegsInc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
 // ---- bulk tensor copy (TMA) -----------------------------------------------------------------------------------
 
 __device__ __forceinline__ void prefetchTensorMap(const void* tmap) {

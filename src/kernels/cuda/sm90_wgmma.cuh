@@ -133,4 +133,24 @@ struct Wgmma<256> {
     }
 };
 
+// Columns [kFirst, kFirst + kCols) of a 64 x N accumulator (N a multiple of 8 up to 256, not only the powers of two
+// above) by the widest instructions that fit, widest first: N = 144 runs n128 then n16. Each instruction's
+// fragment is the slice d[kFirst / 2, (kFirst + part) / 2) of the N-column fragment (same register order), and its
+// B operand starts kFirst K-major rows (128 bytes each, whole 8-row swizzle atoms) into the tile.
+template <int kCols, int kFirst = 0>
+__device__ __forceinline__ void wgmmaColumns(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    constexpr int kPart = kCols >= 256 ? 256
+                          : kCols >= 128 ? 128
+                          : kCols >= 64  ? 64
+                          : kCols >= 32  ? 32
+                          : kCols >= 16  ? 16
+                                         : 8;
+    static_assert(kCols % 8 == 0 && kFirst % 8 == 0, "wgmma N is a multiple of 8");
+    Wgmma<kPart>::mma(*reinterpret_cast<float(*)[kPart / 2]>(d + kFirst / 2), desc_a,
+                      desc_b + static_cast<uint64_t>(kFirst * (128 >> 4)), scale_d);
+    if constexpr (kCols > kPart) {
+        wgmmaColumns<kCols - kPart, kFirst + kPart>(d, desc_a, desc_b, scale_d);
+    }
+}
+
 }  // namespace afd::kernels::cuda::sm90
