@@ -106,6 +106,9 @@ std::vector<Case> cases() {
         {"none_served", 5, 128, 64, 4, 2, Routing::kNoneServed},
         {"inter_not_multiple_of_64", 37, 256, 96, 16, 4, Routing::kUniform},
         {"all_on_one_expert", 300, 128, 128, 8, 1, Routing::kOneExpert},
+        // One tile of more than 256 tokens in wide288 (wgmma N = 272 and 288: n256 plus n16 / n32 from token row 256).
+        {"one_expert_270_tokens", 270, 128, 64, 8, 1, Routing::kOneExpert},
+        {"one_expert_288_tokens", 288, 128, 64, 8, 1, Routing::kOneExpert},
         {"most_experts_empty", 3, 128, 64, 32, 2, Routing::kUniform},
         {"skewed", 200, 128, 64, 16, 4, Routing::kSkewed},
         {"dense_routing", 513, 192, 64, 8, 8, Routing::kUniform},
