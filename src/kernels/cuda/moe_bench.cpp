@@ -96,26 +96,45 @@ struct Timing {
 };
 
 // Times `reps` runs of run(i) on `stream` with an event pair around each; median and 10/90th percentiles.
-Timing timeRuns(cudaStream_t stream, int warmup, int reps, const std::function<void(int)>& run) {
+// Times `configs` alternatives together: warmup rounds, then `reps` rounds in which run(i, c) runs once for each
+// c in turn, each run between its own pair of events; one Timing per c. Interleaved so that every alternative sees
+// the same clocks: timed one after the other, at T >= 4096 the second of two configs measured 10-15 % slower
+// than the first, whichever it was (docs/cuda-moe-notes.md, v10).
+std::vector<Timing> timeInterleaved(cudaStream_t stream, int warmup, int reps, size_t configs,
+                                    const std::function<void(int, size_t)>& run) {
     for (int i = 0; i < warmup; ++i) {
-        run(i);
+        for (size_t c = 0; c < configs; ++c) {
+            run(i, c);
+        }
     }
-    Events events(static_cast<size_t>(2 * reps));
+    Events events(2 * static_cast<size_t>(reps) * configs);
     for (int i = 0; i < reps; ++i) {
-        AFD_CUDA_CHECK(cudaEventRecord(events[2 * i], stream));
-        run(i);
-        AFD_CUDA_CHECK(cudaEventRecord(events[2 * i + 1], stream));
+        for (size_t c = 0; c < configs; ++c) {
+            const size_t e = 2 * (static_cast<size_t>(i) * configs + c);
+            AFD_CUDA_CHECK(cudaEventRecord(events[e], stream));
+            run(i, c);
+            AFD_CUDA_CHECK(cudaEventRecord(events[e + 1], stream));
+        }
     }
     AFD_CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::vector<double> us(static_cast<size_t>(reps));
-    for (int i = 0; i < reps; ++i) {
-        float ms = 0;
-        AFD_CUDA_CHECK(cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]));
-        us[static_cast<size_t>(i)] = ms * 1e3;
+    std::vector<Timing> timings;
+    for (size_t c = 0; c < configs; ++c) {
+        std::vector<double> us(static_cast<size_t>(reps));
+        for (int i = 0; i < reps; ++i) {
+            const size_t e = 2 * (static_cast<size_t>(i) * configs + c);
+            float ms = 0;
+            AFD_CUDA_CHECK(cudaEventElapsedTime(&ms, events[e], events[e + 1]));
+            us[static_cast<size_t>(i)] = ms * 1e3;
+        }
+        std::sort(us.begin(), us.end());
+        auto at = [&](double q) { return us[static_cast<size_t>(q * (us.size() - 1) + 0.5)]; };
+        timings.push_back({at(0.5), at(0.1), at(0.9)});
     }
-    std::sort(us.begin(), us.end());
-    auto at = [&](double q) { return us[static_cast<size_t>(q * (us.size() - 1) + 0.5)]; };
-    return {at(0.5), at(0.1), at(0.9)};
+    return timings;
+}
+
+Timing timeRuns(cudaStream_t stream, int warmup, int reps, const std::function<void(int)>& run) {
+    return timeInterleaved(stream, warmup, reps, 1, [&](int i, size_t) { run(i); })[0];
 }
 
 void fillRandom(void* ptr, size_t count, uint64_t seed, float scale, cudaStream_t stream) {
@@ -354,6 +373,17 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 p.out = layers[static_cast<size_t>(l)]->out.get();
                 return p;
             };
+            // Every config's graphs first, then their replays interleaved (timeInterleaved), then each config's
+            // timeline and stages.
+            struct Config {
+                MoeCudaOptions options;
+                MoeBenchRow row;
+                std::vector<std::unique_ptr<Graph>> graphs;  // one per layer
+            };
+            std::vector<Config> configs;
+            void* ws = workspace.get();
+            const size_t ws_bytes = workspace.bytes();
+            const cudaStream_t s = stream.get();
             for (const MoeTileConfig tile : o.tiles) {
                 MoeCudaOptions options;
                 options.tile = tile;
@@ -371,21 +401,29 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 }
                 row.distinct_experts = routing.distinct;
                 row.entries = tokens * o.top_k;
-                void* ws = workspace.get();
-                const size_t ws_bytes = workspace.bytes();
-                const cudaStream_t s = stream.get();
                 std::vector<std::unique_ptr<Graph>> graphs;
                 for (int l = 0; l < o.layers; ++l) {
                     moeForwardCuda(params(l), ws, ws_bytes, s, options);  // eager: module load, first launch
                     graphs.push_back(
                         std::make_unique<Graph>(s, [&] { moeForwardCuda(params(l), ws, ws_bytes, s, options); }));
                 }
-                AFD_CUDA_CHECK(cudaStreamSynchronize(s));
-                const Timing t =
-                    timeRuns(s, o.warmup, o.reps, [&](int i) { graphs[static_cast<size_t>(i % o.layers)]->launch(s); });
-                row.median_us = t.median_us;
-                row.p10_us = t.p10_us;
-                row.p90_us = t.p90_us;
+                configs.push_back({options, row, std::move(graphs)});
+            }
+            AFD_CUDA_CHECK(cudaStreamSynchronize(s));
+            // Replay r of the round-robin sequence uses layer r % layers, so consecutive replays (of one config or of
+            // two) never share weights in L2; with one config this is replay i on layer i % layers.
+            const size_t n = configs.size();
+            const std::vector<Timing> timings = timeInterleaved(s, o.warmup, o.reps, n, [&](int i, size_t c) {
+                const size_t replay = static_cast<size_t>(i) * n + c;
+                configs[c].graphs[replay % static_cast<size_t>(o.layers)]->launch(s);
+            });
+            for (size_t c = 0; c < n; ++c) {
+                const MoeCudaOptions& options = configs[c].options;
+                const std::vector<std::unique_ptr<Graph>>& graphs = configs[c].graphs;
+                MoeBenchRow& row = configs[c].row;
+                row.median_us = timings[c].median_us;
+                row.p10_us = timings[c].p10_us;
+                row.p90_us = timings[c].p90_us;
                 if (o.timeline) {
                     // One traced replay of the last layer right after the others, so its weights are not in L2.
                     DeviceMemory trace(size_t{2} * kMoeTraceMaxCtas * kMoeTraceSlots * 8);
