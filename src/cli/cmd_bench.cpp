@@ -120,7 +120,9 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
 #if defined(AFD_HAVE_CUDA)
     auto flags = std::make_shared<BenchMoeFlags>();
     moe->add_option("--tokens", flags->options.tokens, "token counts T")->delimiter(',');
-    moe->add_option("--routing", flags->options.routings, "uniform, zipf and/or balanced (T K / E entries on every expert)")->delimiter(',');
+    moe->add_option("--routing", flags->options.routings,
+                    "uniform, zipf and/or balanced (T K / E entries on every expert)")
+        ->delimiter(',');
     moe->add_option("--tiles", flags->tiles, "tile configs to time (auto, small16 … wide256)")->delimiter(',');
     moe->add_option("--hidden", flags->options.hidden, "hidden size H");
     moe->add_option("--inter", flags->options.inter, "expert intermediate size I");

@@ -54,8 +54,8 @@ enum class MoeTileConfig {
     kWide256Pair
 };
 
-// Parses "auto", "tiny8", "small16" … "wide256", "wide288", "wide256g", "tall128", "wide128pair", "wide256pair"; returns false
-// for anything else.
+// Parses "auto", "tiny8", "small16" … "wide256", "wide288", "wide256g", "tall128", "wide128pair", "wide256pair";
+// returns false for anything else.
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config);
 const char* moeTileConfigName(MoeTileConfig config);
 

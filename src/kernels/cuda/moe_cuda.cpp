@@ -317,10 +317,10 @@ TileShape tileShape(MoeTileConfig config) {
 
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config) {
     static constexpr MoeTileConfig kAll[] = {
-        MoeTileConfig::kAuto,    MoeTileConfig::kTiny8,       MoeTileConfig::kSmall16,
-        MoeTileConfig::kSmall32, MoeTileConfig::kSmall64,     MoeTileConfig::kSmall128,
-        MoeTileConfig::kWide128, MoeTileConfig::kWide256,     MoeTileConfig::kWide288, MoeTileConfig::kWide256Gather,
-        MoeTileConfig::kTall128, MoeTileConfig::kWide128Pair, MoeTileConfig::kWide256Pair};
+        MoeTileConfig::kAuto,       MoeTileConfig::kTiny8,         MoeTileConfig::kSmall16, MoeTileConfig::kSmall32,
+        MoeTileConfig::kSmall64,    MoeTileConfig::kSmall128,      MoeTileConfig::kWide128, MoeTileConfig::kWide256,
+        MoeTileConfig::kWide288,    MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128, MoeTileConfig::kWide128Pair,
+        MoeTileConfig::kWide256Pair};
     for (const MoeTileConfig c : kAll) {
         if (std::strcmp(text, moeTileConfigName(c)) == 0) {
             *config = c;
@@ -377,8 +377,8 @@ MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions
     const int64_t mean = params.num_experts > 0 ? params.num_tokens * params.top_k / params.num_experts : 0;
     MoeTileConfig config =
         params.num_tokens * params.top_k <= kTinyEntries ? MoeTileConfig::kTiny8 : MoeTileConfig::kSmall16;
-    // NOTE: kWide288 up to 288 entries per expert: with uniform routing at T = 4096 it is 8 % faster than kWide256 (most
-    // experts then read their weights once), with zipf routing 5 % slower (docs/cuda-moe-notes.md, v10).
+    // NOTE: kWide288 up to 288 entries per expert: with uniform routing at T = 4096 it is 8 % faster than kWide256
+    // (most experts then read their weights once), with zipf routing 5 % slower (docs/cuda-moe-notes.md, v10).
     if (mean > 288) {
         config = MoeTileConfig::kWide256;
     } else if (mean > 128) {
@@ -429,9 +429,8 @@ void moePermuteCuda(const MoeParams& params, void* workspace, size_t workspace_b
     AFD_CUDA_CHECK(cuda::launchMoePermute(
         params.topk_ids, static_cast<int>(params.num_tokens * params.top_k), static_cast<int>(params.top_k),
         static_cast<int>(params.num_experts), cuda::multiTileTokens(r.shape.block_tokens), r.shape.block_tokens,
-        r.view.expert_count, r.view.slot_offset,
-        r.view.tile_offset, r.view.entry_slot, r.view.slot_token, r.view.chunk_counts, r.dynamic ? r.schedule : nullptr,
-        asStream(stream), options.programmatic_launch));
+        r.view.expert_count, r.view.slot_offset, r.view.tile_offset, r.view.entry_slot, r.view.slot_token,
+        r.view.chunk_counts, r.dynamic ? r.schedule : nullptr, asStream(stream), options.programmatic_launch));
 }
 
 void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,

@@ -26,8 +26,8 @@ struct Layout {
     // Tokens per epilogue pass (32 for tiles over 256 tokens, whose four stages leave room for no more staging;
     // 48-token passes in the gate-up kernel measured slower, docs/cuda-moe-notes.md v10).
     static constexpr int kEpiTokens = kBlockTokens < 64 ? kBlockTokens : (kBlockTokens > 256 ? 32 : 64);
-    static constexpr int kEpiCols = kGateUp ? 32 : 64;                            // outputs per token and consumer
-    static constexpr int kEpiStride = kEpiCols + 8;  // bf16; the pad makes the staging stores conflict-free
+    static constexpr int kEpiCols = kGateUp ? 32 : 64;  // outputs per token and consumer
+    static constexpr int kEpiStride = kEpiCols + 8;     // bf16; the pad makes the staging stores conflict-free
     static constexpr int kEpiBytes = kEpiTokens * kEpiStride * 2;
     static constexpr int kAOffset = 0;
     static constexpr int kBOffset = kAOffset + kStages * kABytes;

@@ -48,9 +48,9 @@ struct GroupedGemmArgs {
     // which both kernels compute the routing themselves (moe_fused_routing.cuh); the permute kernel is skipped.
     int fused_entries = 0;
     // Dynamic scheduling (MoeCudaOptions::dynamic_schedule; token-TMA shapes): [0] counts the items taken after each
-    // CTA's (CTA pair's) first (blockIdx.x / cluster), [1] the CTAs (pairs) done taking. Zero before the launch (the kernel before
-    // it in the layer zeroes them) and reset by the last CTA to finish taking, so a replay alone finds them zero.
-    // nullptr: static round robin.
+    // CTA's (CTA pair's) first (blockIdx.x / cluster), [1] the CTAs (pairs) done taking. Zero before the launch (the
+    // kernel before it in the layer zeroes them) and reset by the last CTA to finish taking, so a replay alone finds
+    // them zero. nullptr: static round robin.
     int32_t* schedule = nullptr;
     int32_t* down_schedule = nullptr;  // gate-up only: the down kernel's schedule words, zeroed by CTA 0
     // MoeCudaOptions::trace: this kernel's [kMoeTraceMaxCtas][kMoeTraceSlots] block, or nullptr.

@@ -90,8 +90,8 @@ __device__ void rankEntries(const int32_t* topk_ids, int begin, int end, int num
 
 // Scans counts (thread e holds count_e) into offsets[] (shared) and, if `write`, the global offsets.
 __device__ void scanOffsets(int count, int num_experts, int block_tokens, int single_tile_tokens, int* warp_sums,
-                            int* offsets, bool write,
-                            int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset) {
+                            int* offsets, bool write, int32_t* expert_count, int32_t* slot_offset,
+                            int32_t* tile_offset) {
     const int tid = threadIdx.x;
     const int tiles = expertTokenTiles(count, block_tokens, single_tile_tokens);
     int total_slots = 0;
@@ -114,9 +114,8 @@ __device__ void scanOffsets(int count, int num_experts, int block_tokens, int si
 
 __global__ void __launch_bounds__(kThreads)
     permuteKernel(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
-                  int single_tile_tokens,
-                  int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot,
-                  int32_t* slot_token, int32_t* schedule) {
+                  int single_tile_tokens, int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset,
+                  int32_t* entry_slot, int32_t* slot_token, int32_t* schedule) {
     __shared__ int counts[kMaxPermuteExperts];
     __shared__ int offsets[kMaxPermuteExperts];
     __shared__ int warp_sums[33];
@@ -137,8 +136,7 @@ __global__ void __launch_bounds__(kThreads)
 
     // (2) offsets of slots and of token tiles.
     scanOffsets(tid < num_experts ? counts[tid] : 0, num_experts, block_tokens, single_tile_tokens, warp_sums, offsets,
-                true, expert_count,
-                slot_offset, tile_offset);
+                true, expert_count, slot_offset, tile_offset);
     __syncthreads();
     sm90::launchDependents();
 
@@ -175,9 +173,9 @@ __global__ void __launch_bounds__(kThreads)
 // entries after the entries of the earlier chunks.
 __global__ void __launch_bounds__(kThreads)
     scatterKernel(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
-                  int single_tile_tokens,
-                  int num_chunks, const int32_t* chunk_counts, int32_t* expert_count, int32_t* slot_offset,
-                  int32_t* tile_offset, int32_t* entry_slot, int32_t* slot_token, int32_t* schedule) {
+                  int single_tile_tokens, int num_chunks, const int32_t* chunk_counts, int32_t* expert_count,
+                  int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot, int32_t* slot_token,
+                  int32_t* schedule) {
     __shared__ int offsets[kMaxPermuteExperts];
     __shared__ int warp_sums[33];
     const int tid = threadIdx.x;
@@ -195,8 +193,7 @@ __global__ void __launch_bounds__(kThreads)
         }
     }
     scanOffsets(total, num_experts, block_tokens, single_tile_tokens, warp_sums, offsets, blockIdx.x == 0, expert_count,
-                slot_offset,
-                tile_offset);
+                slot_offset, tile_offset);
     __syncthreads();
     if (tid < num_experts) {
         offsets[tid] += before;
@@ -234,10 +231,9 @@ int permuteChunks(int num_entries) {
 }
 
 cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
-                             int single_tile_tokens,
-                             int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot,
-                             int32_t* slot_token, int32_t* chunk_counts, int32_t* schedule, cudaStream_t stream,
-                             bool programmatic) {
+                             int single_tile_tokens, int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset,
+                             int32_t* entry_slot, int32_t* slot_token, int32_t* chunk_counts, int32_t* schedule,
+                             cudaStream_t stream, bool programmatic) {
     if (num_experts < 1 || num_experts > kMaxPermuteExperts || block_tokens < 1 || single_tile_tokens < block_tokens ||
         top_k < 1) {
         return cudaErrorInvalidValue;
@@ -247,8 +243,8 @@ cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k
     if (chunks == 0) {
         const cudaLaunchConfig_t config = permuteLaunchConfig(1, stream, attr, programmatic);
         return cudaLaunchKernelEx(&config, permuteKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
-                                  single_tile_tokens,
-                                  expert_count, slot_offset, tile_offset, entry_slot, slot_token, schedule);
+                                  single_tile_tokens, expert_count, slot_offset, tile_offset, entry_slot, slot_token,
+                                  schedule);
     }
     const cudaLaunchConfig_t count_config =
         permuteLaunchConfig(static_cast<unsigned>(chunks), stream, attr, programmatic);
@@ -260,9 +256,8 @@ cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k
     const cudaLaunchConfig_t scatter_config =
         permuteLaunchConfig(static_cast<unsigned>(chunks), stream, attr, programmatic);
     return cudaLaunchKernelEx(&scatter_config, scatterKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
-                              single_tile_tokens,
-                              chunks, static_cast<const int32_t*>(chunk_counts), expert_count, slot_offset, tile_offset,
-                              entry_slot, slot_token, schedule);
+                              single_tile_tokens, chunks, static_cast<const int32_t*>(chunk_counts), expert_count,
+                              slot_offset, tile_offset, entry_slot, slot_token, schedule);
 }
 
 }  // namespace afd::kernels::cuda

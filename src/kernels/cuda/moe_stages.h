@@ -25,10 +25,9 @@ int permuteChunks(int num_entries);
 // [permuteChunks(num_entries), E] is scratch. Also zeroes schedule[0, kScheduleWords) when not null (the gate-up
 // kernel's dynamic-schedule counters, read after this grid has completed).
 cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
-                             int single_tile_tokens,
-                             int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot,
-                             int32_t* slot_token, int32_t* chunk_counts, int32_t* schedule, cudaStream_t stream,
-                             bool programmatic);
+                             int single_tile_tokens, int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset,
+                             int32_t* entry_slot, int32_t* slot_token, int32_t* chunk_counts, int32_t* schedule,
+                             cudaStream_t stream, bool programmatic);
 
 // x_sorted[entry_slot[t, j]] = x[t] for every served entry (entry_slot >= 0), one warp per token (at most 8
 // CTAs per SM); rows of `hidden` bf16, hidden % 8 == 0.

@@ -139,7 +139,7 @@ struct Wgmma<256> {
 // B operand starts kFirst K-major rows (128 bytes each, whole 8-row swizzle atoms) into the tile.
 template <int kCols, int kFirst = 0>
 __device__ __forceinline__ void wgmmaColumns(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    constexpr int kPart = kCols >= 256 ? 256
+    constexpr int kPart = kCols >= 256   ? 256
                           : kCols >= 128 ? 128
                           : kCols >= 64  ? 64
                           : kCols >= 32  ? 32
