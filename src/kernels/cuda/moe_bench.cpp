@@ -205,11 +205,11 @@ HostRouting makeRouting(const std::string& kind, int64_t tokens, const MoeBenchO
         std::vector<double> w = base;
         float sum = 0.0f;
         for (int64_t j = 0; j < o.top_k; ++j) {
-            std::discrete_distribution<int32_t> pick(w.begin(), w.end());
             const size_t i = static_cast<size_t>(t * o.top_k + j);
             if (kind == "balanced") {
                 h.ids[i] = static_cast<int32_t>((t * o.top_k + j) % o.experts);
             } else {
+                std::discrete_distribution<int32_t> pick(w.begin(), w.end());
                 const int32_t r = pick(rng);
                 w[static_cast<size_t>(r)] = 0.0;
                 h.ids[i] = rank_to_expert[static_cast<size_t>(r)];

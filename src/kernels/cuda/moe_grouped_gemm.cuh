@@ -146,10 +146,9 @@ struct Kernel {
         return item;
     }
 
-    // Token TMA boxes of an item: one box of kBlockTokens rows per cluster CTA when the padded count fills the
-    // tile (fewer TMA issues), else enough 64-row boxes for the padded count. Box b is issued by CTA rank
-    // b % kCluster.
-    // Items whose boxes come from tmap_b_full: full tiles of the shapes whose tile fits one box per CTA.
+    // Token TMA boxes of an item: one box of kBlockTokens / kCluster rows per cluster CTA (from tmap_b_full) when the
+    // padded count fills a tile that fits one box per CTA (fewer TMA issues), else enough boxes of kTokenBoxRows
+    // for the padded count. Box b is issued by CTA rank b % kCluster.
     __device__ __forceinline__ static bool fullBoxes(int npad) { return L::kFullTokenBox && npad == kBlockTokens; }
     __device__ __forceinline__ static int tokenBoxes(int npad) {
         return fullBoxes(npad) ? kCluster : (npad + L::kTokenBoxRows - 1) / L::kTokenBoxRows;

@@ -74,37 +74,12 @@ __device__ __forceinline__ void mbarArriveExpectTx(uint64_t* bar, uint32_t bytes
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smemAddr(bar)), "r"(bytes) : "memory");
 }
 
+// One poll of the phase with the given parity; kClusterAcquire: acquire at cluster scope, for phases completed by a
+// peer CTA's release.cluster arrival (the default is CTA scope).
+template <bool kClusterAcquire = false>
 __device__ __forceinline__ bool mbarTryWait(uint64_t* bar, uint32_t parity) {
     uint32_t done;
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(smemAddr(bar)), "r"(parity)
-        : "memory");
-    return done != 0;
-}
-
-// Waits until the phase with the given parity has completed. A pipeline that stops making progress is a bug
-// (a lost arrival, a wrong byte count): after ~2^28 polls (seconds) the kernel traps instead of hanging the
-// device, which the host sees as a launch failure.
-__device__ __forceinline__ void mbarWait(uint64_t* bar, uint32_t parity) {
-    uint32_t polls = 0;
-    while (!mbarTryWait(bar, parity)) {
-        if (++polls == (1u << 28)) {
-            __trap();
-        }
-    }
-}
-
-// mbarWait with acquire at cluster scope: for phases completed by a peer CTA's release.cluster arrival.
-__device__ __forceinline__ void mbarWaitCluster(uint64_t* bar, uint32_t parity) {
-    uint32_t polls = 0;
-    for (;;) {
-        uint32_t done;
+    if constexpr (kClusterAcquire) {
         asm volatile(
             "{\n"
             ".reg .pred p;\n"
@@ -114,28 +89,48 @@ __device__ __forceinline__ void mbarWaitCluster(uint64_t* bar, uint32_t parity) 
             : "=r"(done)
             : "r"(smemAddr(bar)), "r"(parity)
             : "memory");
-        if (done != 0) {
-            return;
-        }
+    } else {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n"
+            "}\n"
+            : "=r"(done)
+            : "r"(smemAddr(bar)), "r"(parity)
+            : "memory");
+    }
+    return done != 0;
+}
+
+// A trap called rather than inlined (mbarWaitColdTrap).
+__device__ __noinline__ inline void trapOutOfLine() { __trap(); }
+
+// Waits until the phase with the given parity has completed. A pipeline that stops making progress is a bug
+// (a lost arrival, a wrong byte count): after ~2^28 polls (seconds) the kernel traps instead of hanging the
+// device, which the host sees as a launch failure. kOutOfLineTrap: for warpgroups whose registers were raised by
+// setmaxnreg, where an inlined trap made ptxas allocate their code within the kernel's launch budget (spills and
+// serialized wgmma, C7512); elsewhere the inlined trap stays (the call's register convention cost the 256-token
+// kernels a spill).
+template <bool kClusterAcquire, bool kOutOfLineTrap>
+__device__ __forceinline__ void mbarWaitBounded(uint64_t* bar, uint32_t parity) {
+    uint32_t polls = 0;
+    while (!mbarTryWait<kClusterAcquire>(bar, parity)) {
         if (++polls == (1u << 28)) {
-            __trap();
+            if constexpr (kOutOfLineTrap) {
+                trapOutOfLine();
+            } else {
+                __trap();
+            }
         }
     }
 }
-
-// A trap for code under setmaxnreg (mbarWaitColdTrap), out of line.
-__device__ __noinline__ inline void trapOutOfLine() { __trap(); }
-
-// mbarWait for warpgroups whose registers were raised by setmaxnreg: an inlined trap in their code made ptxas
-// allocate it within the kernel's launch budget (spills and serialized wgmma, C7512), a call on the cold path does
-// not. (Elsewhere the inlined trap is kept: the call's register convention cost the 256-token kernels a spill.)
+__device__ __forceinline__ void mbarWait(uint64_t* bar, uint32_t parity) { mbarWaitBounded<false, false>(bar, parity); }
+__device__ __forceinline__ void mbarWaitCluster(uint64_t* bar, uint32_t parity) {
+    mbarWaitBounded<true, false>(bar, parity);
+}
 __device__ __forceinline__ void mbarWaitColdTrap(uint64_t* bar, uint32_t parity) {
-    uint32_t polls = 0;
-    while (!mbarTryWait(bar, parity)) {
-        if (++polls == (1u << 28)) {
-            trapOutOfLine();
-        }
-    }
+    mbarWaitBounded<false, true>(bar, parity);
 }
 
 // Per-warpgroup register budget (setmaxnreg; every warp of the warpgroup executes it): the producer gives
