@@ -122,15 +122,22 @@ __device__ __forceinline__ Item decodeItem(int it, const int* tiles, const int* 
     return item;
 }
 
-// wgmma N for a tile of ntok tokens: the smallest of 8, 16, 32, 64, 128 that holds them; above 128 (tiles over 256
-// tokens) the next multiple of 16, which the consumer runs as a 128- or 256-column instruction plus narrower ones
-// (sm90::wgmmaColumns).
+// Tiles over 256 tokens: the narrowest wgmma N they run, and the step of N above 128. Each N is one instantiation of
+// the consumer (its wgmma chain and its epilogue); with N from 8 and steps of 16 the wide288 kernels were 3.5 %
+// slower with zipf routing at T = 4096 than with these (docs/cuda-moe-notes.md, v11): the smaller code wins over the
+// padded columns.
+inline constexpr int kWideMinTokens = 64;
+inline constexpr int kWideStep = 32;
+
+// wgmma N for a tile of ntok tokens: the smallest of 8, 16, 32, 64, 128 that holds them (from kWideMinTokens in tiles
+// over 256 tokens); above 128 (tiles over 256 tokens) the next multiple of kWideStep, which the consumer runs as a
+// 128- or 256-column instruction plus narrower ones (sm90::wgmmaColumns).
 template <int kBlockTokens>
 __device__ __forceinline__ int paddedTokens(int ntok) {
     if (kBlockTokens > 256 && ntok > 128) {
-        return min(kBlockTokens, (ntok + 15) & ~15);
+        return min(kBlockTokens, (ntok + kWideStep - 1) & ~(kWideStep - 1));
     }
-    int n = 8;
+    int n = kBlockTokens > 256 ? kWideMinTokens : 8;
     while (n < ntok && n < kBlockTokens) {
         n *= 2;
     }

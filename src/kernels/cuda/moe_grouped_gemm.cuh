@@ -371,7 +371,7 @@ struct Kernel {
         // the second 8 from lanes 8-15).
         const uint32_t stg_addr =
             sm90::smemAddr(stg) + 2 * ((lane & 7) * kStride + (kGateUp ? 8 * warp : 16 * warp + 8 * ((lane >> 3) & 1)));
-        // N = 144, 160 … (paddedTokens): the last pass may have fewer than kChunk columns of the accumulator.
+        // N = 160, 192 … (paddedTokens): the last pass may have fewer than kChunk columns of the accumulator.
         constexpr int kPasses = (N + kChunk - 1) / kChunk;
 #pragma unroll
         for (int ch = 0; ch < kPasses; ++ch) {
@@ -397,6 +397,9 @@ struct Kernel {
             }
             sm90::namedBarrierSync(1 + wg, kWarpgroup);
             const int rows = min(kChunk, item.ntok - ch * kChunk);
+            // NOTE: not unrolled: the kernels run from a smaller code footprint. Unrolled (nvcc's default here) the
+            // wide288 kernels were 3 % slower at T = 4096 (docs/cuda-moe-notes.md, v11).
+#pragma unroll 1
             for (int idx = ctid; idx < rows * kVecPerRow; idx += kWarpgroup) {
                 const int r = idx / kVecPerRow;
                 const int v = idx - r * kVecPerRow;
@@ -496,15 +499,15 @@ struct Kernel {
         }
     }
 
-    // Items of more than 128 tokens in tiles over 256: wgmma N is the next multiple of 16 (paddedTokens), one
+    // Items of more than 128 tokens in tiles over 256: wgmma N is the next multiple of kWideStep (paddedTokens), one
     // instantiation each.
     template <int N>
     __device__ __forceinline__ static void consumeWide(int npad, const GroupedGemmArgs& args, const Shared& sh,
                                                        const Item& item, int k_blocks, int& iter, int wg, int ctid) {
         if (npad == N) {
             consumeItem<N>(args, sh, item, k_blocks, iter, wg, ctid);
-        } else if constexpr (N + 16 <= kBlockTokens) {
-            consumeWide<N + 16>(npad, args, sh, item, k_blocks, iter, wg, ctid);
+        } else if constexpr (N + kWideStep <= kBlockTokens) {
+            consumeWide<N + kWideStep>(npad, args, sh, item, k_blocks, iter, wg, ctid);
         } else {
             sm90::trapOutOfLine();  // an item no consumer takes would leave the producer waiting forever
         }
@@ -543,15 +546,21 @@ struct Kernel {
             if (wg == 0 && ctid == 0) {
                 trace(args, kTraceItems, static_cast<uint64_t>(++consumed));
             }
+            // Tiles over 256 tokens never run N below kWideMinTokens (paddedTokens): no code for them.
+            constexpr int kMinN = kBlockTokens > 256 ? kWideMinTokens : 8;
             switch (paddedTokens<kBlockTokens>(item.ntok)) {
                 case 8:
-                    consumeItem<8>(args, sh, item, k_blocks, iter, wg, ctid);
+                    if constexpr (kMinN <= 8) consumeItem<8>(args, sh, item, k_blocks, iter, wg, ctid);
                     break;
                 case 16:
-                    if constexpr (kBlockTokens >= 16) consumeItem<16>(args, sh, item, k_blocks, iter, wg, ctid);
+                    if constexpr (kBlockTokens >= 16 && kMinN <= 16) {
+                        consumeItem<16>(args, sh, item, k_blocks, iter, wg, ctid);
+                    }
                     break;
                 case 32:
-                    if constexpr (kBlockTokens >= 32) consumeItem<32>(args, sh, item, k_blocks, iter, wg, ctid);
+                    if constexpr (kBlockTokens >= 32 && kMinN <= 32) {
+                        consumeItem<32>(args, sh, item, k_blocks, iter, wg, ctid);
+                    }
                     break;
                 case 64:
                     if constexpr (kBlockTokens >= 64) consumeItem<64>(args, sh, item, k_blocks, iter, wg, ctid);
@@ -560,10 +569,10 @@ struct Kernel {
                     if constexpr (kBlockTokens >= 128) consumeItem<128>(args, sh, item, k_blocks, iter, wg, ctid);
                     break;
                 default:
-                    // 256, or 144, 160 … kBlockTokens in tiles over 256 tokens (paddedTokens)
+                    // 256, or 160, 192 … kBlockTokens in tiles over 256 tokens (paddedTokens)
                     if constexpr (kBlockTokens > 256) {
-                        consumeWide<144>(paddedTokens<kBlockTokens>(item.ntok), args, sh, item, k_blocks, iter, wg,
-                                         ctid);
+                        consumeWide<128 + kWideStep>(paddedTokens<kBlockTokens>(item.ntok), args, sh, item, k_blocks,
+                                                     iter, wg, ctid);
                     } else if constexpr (kBlockTokens == 256) {
                         consumeItem<256>(args, sh, item, k_blocks, iter, wg, ctid);
                     }
