@@ -506,8 +506,9 @@ struct Kernel {
                                                        const Item& item, int k_blocks, int& iter, int wg, int ctid) {
         if (npad == N) {
             consumeItem<N>(args, sh, item, k_blocks, iter, wg, ctid);
-        } else if constexpr (N + kWideStep <= kBlockTokens) {
-            consumeWide<N + kWideStep>(npad, args, sh, item, k_blocks, iter, wg, ctid);
+        } else if constexpr (N < kBlockTokens) {  // the widths step by kWideStep up to kBlockTokens, the last step less
+            consumeWide<(N + kWideStep < kBlockTokens ? N + kWideStep : kBlockTokens)>(npad, args, sh, item, k_blocks,
+                                                                                       iter, wg, ctid);
         } else {
             sm90::trapOutOfLine();  // an item no consumer takes would leave the producer waiting forever
         }
@@ -563,7 +564,9 @@ struct Kernel {
                     }
                     break;
                 case 64:
-                    if constexpr (kBlockTokens >= 64) consumeItem<64>(args, sh, item, k_blocks, iter, wg, ctid);
+                    if constexpr (kBlockTokens >= 64 && kMinN <= 64) {
+                        consumeItem<64>(args, sh, item, k_blocks, iter, wg, ctid);
+                    }
                     break;
                 case 128:
                     if constexpr (kBlockTokens >= 128) consumeItem<128>(args, sh, item, k_blocks, iter, wg, ctid);
