@@ -13,6 +13,8 @@
 #                  rank (its tests, then `afd launch --ffn-device cuda` on the HF fixture and on a 2-layer
 #                  Qwen3-30B-A3B-shaped model); "hf": scripts/hf_crosscheck.py (engine vs transformers)
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
+#   AFD_BUNDLE     1: at the end, pack everything the run wrote under OUT except gpu_check.log into OUT/bundle.tgz
+#                  and remove the loose files (for a lender that returns only a few files per call)
 # Every phase has a time limit so that the table still prints when one phase hangs or fails.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -164,3 +166,12 @@ if has_phase bench || has_phase peers; then
     python3 "$root/bench/peers/report.py" "$out/ours.csv" "$out/grouped_mm.csv" "$out/triton_fused.csv"
 fi
 cat "$afd_summary"
+if [ "${AFD_BUNDLE:-0}" = 1 ]; then
+    # Everything but this script's own log (the caller's redirect, if it writes there), in one file.
+    if (cd "$out" && find . -mindepth 1 -maxdepth 1 ! -name gpu_check.log ! -name bundle.tgz -print0 |
+        tar --null -czf bundle.tgz --files-from=- --remove-files); then
+        echo "gpu_check: bundled $out/bundle.tgz"
+    else
+        echo "gpu_check: bundling failed; the files stay in $out"
+    fi
+fi
