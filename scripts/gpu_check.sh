@@ -9,7 +9,9 @@
 #                  start here, otherwise the script builds (build-gpu/)
 #   AFD_PHASES     which phases to run, default "tests bench sweep peers ffn hf"; "timeline" adds per-CTA step times
 #                  of the GEMM kernels at T = 1, 1024, 4096 (afd bench moe --timeline); "ncu" adds hardware counters of
-#                  the T = 1024 grouped GEMMs (Nsight Compute, clocks left alone) to sass.txt. "ffn": the GPU FFN
+#                  the grouped GEMMs at T = AFD_NCU_TOKENS (default 1024) with AFD_NCU_ROUTING (default uniform) to
+#                  sass.txt (Nsight Compute, clocks left alone; the warp-state section includes the stalls on
+#                  instruction fetch, "No Instruction"). "ffn": the GPU FFN
 #                  rank (its tests, then `afd launch --ffn-device cuda` on the HF fixture and on a 2-layer
 #                  Qwen3-30B-A3B-shaped model); "hf": scripts/hf_crosscheck.py (engine vs transformers)
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
@@ -104,10 +106,10 @@ if has_phase ncu && command -v ncu >/dev/null; then
     stamp "ncu"
     timeout 120 ncu --clock-control none --graph-profiling node --kernel-name regex:groupedGemm \
         --launch-skip 40 --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
-        --section WarpStateStats "$bin/afd" bench moe --tokens "${AFD_NCU_TOKENS:-1024}" --routing uniform \
-        --reps 10 --no-stages >>"$out/sass.txt" 2>&1
+        --section WarpStateStats "$bin/afd" bench moe --tokens "${AFD_NCU_TOKENS:-1024}" \
+        --routing "${AFD_NCU_ROUTING:-uniform}" --reps 10 --no-stages >>"$out/sass.txt" 2>&1
     echo "ncu exit $?"
-    grep -E "groupedGemm|Throughput|Duration|DRAM|L2 Cache|Stall" "$out/sass.txt" | tail -30
+    grep -E "groupedGemm|Throughput|Duration|DRAM|L2 Cache|Stall|No Instruction" "$out/sass.txt" | tail -40
 fi
 afd_summary="$out/afd_summary.txt"
 : >"$afd_summary"
