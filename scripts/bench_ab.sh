@@ -5,7 +5,7 @@
 #   scripts/bench_ab.sh AFD_BIN ROUNDS "COMMON ARGS" "VARIANT A ARGS" "VARIANT B ARGS" ...
 #
 # Prints each invocation's table rows prefixed with the round and the variant's arguments ("-" for none).
-# Example: scripts/bench_ab.sh .gpu_prebuilt/afd 2 "--tokens 1024,4096 --no-stages --reps 30" "" "--padded-token-rows"
+# Example: scripts/bench_ab.sh .gpu_prebuilt/afd 2 "--tokens 1024,4096 --no-stages --reps 30" "" "--late-release"
 set -uo pipefail
 
 if [ "$#" -lt 4 ]; then

@@ -15,8 +15,8 @@
 #                  rank (its tests, then `afd launch --ffn-device cuda` on the HF fixture and on a 2-layer
 #                  Qwen3-30B-A3B-shaped model); "hf": scripts/hf_crosscheck.py (engine vs transformers)
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
-#   AFD_BUNDLE     1: at the end, pack everything the run wrote under OUT except gpu_check.log into OUT/bundle.tgz
-#                  and remove the loose files (for a lender that returns only a few files per call)
+#   AFD_BUNDLE     1: at the end, pack everything under OUT (earlier runs' files too) except gpu_check.log into
+#                  OUT/bundle.tgz and remove the loose files (for a lender that returns only a few files per call)
 # Every phase has a time limit so that the table still prints when one phase hangs or fails.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

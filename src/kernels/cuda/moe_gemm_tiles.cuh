@@ -129,15 +129,19 @@ __device__ __forceinline__ Item decodeItem(int it, const int* tiles, const int* 
 inline constexpr int kWideMinTokens = 64;
 inline constexpr int kWideStep = 32;
 
-// wgmma N for a tile of ntok tokens: the smallest of 8, 16, 32, 64, 128 that holds them (from kWideMinTokens in tiles
-// over 256 tokens); above 128 (tiles over 256 tokens) the next multiple of kWideStep, which the consumer runs as a
-// 128- or 256-column instruction plus narrower ones (sm90::wgmmaColumns).
+// The narrowest wgmma N a tile configuration runs (paddedTokens); the consumer has no code for narrower ones.
+template <int kBlockTokens>
+inline constexpr int kMinPaddedTokens = kBlockTokens > 256 ? kWideMinTokens : 8;
+
+// wgmma N for a tile of ntok tokens: the smallest of 8, 16, 32, 64, 128 that holds them (from kMinPaddedTokens);
+// above 128 (tiles over 256 tokens) the next multiple of kWideStep, which the consumer runs as a 128- or 256-column
+// instruction plus narrower ones (sm90::wgmmaColumns).
 template <int kBlockTokens>
 __device__ __forceinline__ int paddedTokens(int ntok) {
     if (kBlockTokens > 256 && ntok > 128) {
         return min(kBlockTokens, (ntok + kWideStep - 1) & ~(kWideStep - 1));
     }
-    int n = kBlockTokens > 256 ? kWideMinTokens : 8;
+    int n = kMinPaddedTokens<kBlockTokens>;
     while (n < ntok && n < kBlockTokens) {
         n *= 2;
     }

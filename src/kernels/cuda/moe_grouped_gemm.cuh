@@ -547,8 +547,8 @@ struct Kernel {
             if (wg == 0 && ctid == 0) {
                 trace(args, kTraceItems, static_cast<uint64_t>(++consumed));
             }
-            // Tiles over 256 tokens never run N below kWideMinTokens (paddedTokens): no code for them.
-            constexpr int kMinN = kBlockTokens > 256 ? kWideMinTokens : 8;
+            // No code for widths paddedTokens never returns (below kMinPaddedTokens, above kBlockTokens).
+            constexpr int kMinN = kMinPaddedTokens<kBlockTokens>;
             switch (paddedTokens<kBlockTokens>(item.ntok)) {
                 case 8:
                     if constexpr (kMinN <= 8) consumeItem<8>(args, sh, item, k_blocks, iter, wg, ctid);
