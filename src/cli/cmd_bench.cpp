@@ -28,6 +28,7 @@ struct BenchMoeFlags {
     bool static_schedule = false;
     bool late_release = false;
     bool no_down_prefetch = false;
+    bool no_gate_up_prefetch = false;
 };
 
 void printTable(const kernels::cuda::MoeBenchResult& r) {
@@ -97,6 +98,7 @@ int runBenchMoe(BenchMoeFlags& flags) {
     flags.options.dynamic_schedule = !flags.static_schedule;
     flags.options.early_stage_release = !flags.late_release;
     flags.options.down_prefetch = !flags.no_down_prefetch;
+    flags.options.gate_up_prefetch = !flags.no_gate_up_prefetch;
     try {
         const auto result = kernels::cuda::runMoeBench(flags.options);
         printTable(result);
@@ -145,6 +147,8 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
                   "consumers release each stage after issuing the next stage's wgmma, for every tile");
     moe->add_flag("--no-down-prefetch", flags->no_down_prefetch,
                   "the down kernel issues no weight copies before the gate-up kernel has finished");
+    moe->add_flag("--no-gate-up-prefetch", flags->no_gate_up_prefetch,
+                  "the wide128 gate-up kernel issues no weight copies before the gather kernel has finished");
     moe->add_flag("--timeline", flags->options.timeline,
                   "trace one more replay per point: when the GEMM kernels' CTAs reach each step");
     moe->callback([flags, &exit_code] { exit_code = runBenchMoe(*flags); });

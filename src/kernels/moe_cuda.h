@@ -83,6 +83,9 @@ struct MoeCudaOptions {
     // Beyond 8 routing entries, the down kernel's CTAs issue their first weight copies before they wait for the
     // gate-up kernel (false: never).
     bool down_prefetch = true;
+    // The 128-token TMA tile (wide128): the gate-up kernel's CTAs, resident beside the gather kernel's, issue their
+    // first weight copies before they wait for it (false: they wait first).
+    bool gate_up_prefetch = true;
     // Diagnostics (afd bench moe --timeline): when non-null, a device buffer of 2 * kMoeTraceMaxCtas *
     // kMoeTraceSlots words into which each CTA of the gate-up (block 0) and down (block 1) GEMM kernels writes
     // %globaltimer stamps (ns) of the MoeTraceEvent points, and its item count.

@@ -152,18 +152,20 @@ struct Mode {
     int fused_combine_entries;
     bool dynamic_schedule = true;
     bool early_stage_release = true;
+    bool gate_up_prefetch = true;
 };
 
 // Each configuration with the default options; when the case is small enough for the fused paths, also with the
 // permute and combine kernels, and with the permute kernel but the combine in the down kernel (allowed up to its
 // cap, so that down CTAs with many items arrive on each block several times). Every configuration also runs with the
-// static round robin and the stages released after the next stage's wgmma (the token-TMA shapes take items from the
-// device-wide counter by default).
+// static round robin, the stages released after the next stage's wgmma and the gate-up kernel waiting for the gather
+// before its first copy (the token-TMA shapes take items from the device-wide counter by default, and wide128's gate-up
+// kernel streams its first weights beside the gather).
 std::vector<Mode> configsAndFusionModes(const Case& c) {
     std::vector<Mode> modes;
     for (const MoeTileConfig t : configsFor(c)) {
         modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries});
-        modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, false, false});
+        modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, false, false, false});
         if (c.tokens * c.top_k <= 256) {
             modes.push_back({t, false, 0});
             modes.push_back({t, false, 256});
@@ -296,13 +298,15 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
                          << moeTileConfigName(mode.config) << (mode.fuse_routing ? " fused routing" : "")
                          << " fused combine up to " << mode.fused_combine_entries << " entries"
                          << (mode.dynamic_schedule ? "" : " static schedule")
-                         << (mode.early_stage_release ? "" : " late stage release"));
+                         << (mode.early_stage_release ? "" : " late stage release")
+                         << (mode.gate_up_prefetch ? "" : " no gate-up prefetch"));
             MoeCudaOptions options;
             options.tile = mode.config;
             options.fuse_small_routing = mode.fuse_routing;
             options.fused_combine_entries = mode.fused_combine_entries;
             options.dynamic_schedule = mode.dynamic_schedule;
             options.early_stage_release = mode.early_stage_release;
+            options.gate_up_prefetch = mode.gate_up_prefetch;
             const MoeTileConfig resolved = resolveMoeTileConfig(params, options);
             const MoeWorkspaceView view = moeWorkspaceView(params, p.d_ws.get(), p.d_ws.bytes());
 

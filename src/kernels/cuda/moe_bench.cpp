@@ -392,6 +392,7 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 options.dynamic_schedule = o.dynamic_schedule;
                 options.early_stage_release = o.early_stage_release;
                 options.down_prefetch = o.down_prefetch;
+                options.gate_up_prefetch = o.gate_up_prefetch;
                 MoeBenchRow row;
                 row.tokens = tokens;
                 row.routing = kind;

@@ -31,6 +31,7 @@ struct MoeBenchOptions {
     bool dynamic_schedule = MoeCudaOptions{}.dynamic_schedule;           // MoeCudaOptions::dynamic_schedule
     bool early_stage_release = MoeCudaOptions{}.early_stage_release;     // MoeCudaOptions::early_stage_release
     bool down_prefetch = MoeCudaOptions{}.down_prefetch;                 // MoeCudaOptions::down_prefetch
+    bool gate_up_prefetch = MoeCudaOptions{}.gate_up_prefetch;           // MoeCudaOptions::gate_up_prefetch
     // Also run each point once more with MoeCudaOptions::trace and summarise when the GEMM kernels' CTAs reach each
     // MoeTraceEvent (MoeBenchRow::timeline).
     bool timeline = false;

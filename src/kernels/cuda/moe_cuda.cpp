@@ -448,6 +448,7 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
     args.out_ld = static_cast<int>(params.inter);
     args.a_rows = static_cast<int>(2 * params.inter);
     args.n_tiles = static_cast<int>(params.inter / cuda::gateUpColumnsPerItem(r.shape));
+    args.prefetch_before_wait = options.gate_up_prefetch ? 1 : 0;
     if (r.fused_routing) {
         args.routing_out.expert_count = r.view.expert_count;
         args.routing_out.slot_offset = r.view.slot_offset;

@@ -4,8 +4,10 @@
 // (read in slot order, each row of x would be fetched top_k times once x outgrows L2).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
+#include "kernels/cuda/kernel_attributes.h"
 #include "kernels/cuda/moe_stages.h"
 #include "kernels/cuda/sm90_ptx.cuh"
 
@@ -57,6 +59,17 @@ cudaError_t launchMoeGather(const uint16_t* x, const int32_t* entry_slot, int nu
                             uint16_t* x_sorted, int sm_count, cudaStream_t stream, bool programmatic) {
     if (hidden % 8 != 0 || num_tokens < 1 || top_k < 1) {
         return cudaErrorInvalidValue;
+    }
+    // The largest shared-memory carveout, as the GEMM kernels': an SM set up for a smaller one would not take the
+    // gate-up CTAs that stream beside this kernel's (moe_gemm_tiles.cuh, kStreamsBesideGather) until its CTAs have
+    // left.
+    static std::atomic<uint64_t> configured_devices{0};
+    const cudaError_t err = configureOncePerDevice(configured_devices, [] {
+        return cudaFuncSetAttribute(gatherKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    cudaSharedmemCarveoutMaxShared);
+    });
+    if (err != cudaSuccess) {
+        return err;
     }
     const int wanted = (num_tokens + kWarps - 1) / kWarps;
     cudaLaunchConfig_t config{};

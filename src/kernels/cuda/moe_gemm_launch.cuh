@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "kernels/cuda/kernel_attributes.h"
 #include "kernels/cuda/moe_grouped_gemm.cuh"
 
 namespace afd::kernels::cuda::grouped_gemm {
@@ -19,30 +20,22 @@ cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const CUt
     using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
     auto kernel = groupedGemmKernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
     const size_t smem = L::bytes(args.num_experts);
-    // The shared-memory limit is raised once per device (to the most any expert count needs), so that launches
-    // inside a stream capture make no attribute calls.
+    // The shared-memory limit is raised to the most any expert count needs.
     static std::atomic<uint64_t> configured_devices{0};
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err != cudaSuccess) {
-        return err;
-    }
-    const uint64_t device_bit = device < 64 ? (uint64_t{1} << device) : 0;
-    if (device_bit == 0 || (configured_devices.load(std::memory_order_acquire) & device_bit) == 0) {
-        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(L::bytes(kMaxPermuteExperts)));
-        if (err != cudaSuccess) {
-            return err;
+    cudaError_t err = configureOncePerDevice(configured_devices, [&] {
+        cudaError_t set = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(L::bytes(kMaxPermuteExperts)));
+        if (set != cudaSuccess) {
+            return set;
         }
         // The largest shared-memory carveout for every shape: an SM set up for one kernel's carveout takes CTAs of
         // the next kernel (programmatic launch) only where its carveout fits them too, so differing choices kept
         // the down kernel's CTAs off the SMs that ran the gate-up kernel (none of these kernels relies on L1).
-        err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                   cudaSharedmemCarveoutMaxShared);
-        if (err != cudaSuccess) {
-            return err;
-        }
-        configured_devices.fetch_or(device_bit, std::memory_order_acq_rel);
+        return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    cudaSharedmemCarveoutMaxShared);
+    });
+    if (err != cudaSuccess) {
+        return err;
     }
     cudaLaunchConfig_t config{};
     config.blockDim = dim3(L::kThreads);

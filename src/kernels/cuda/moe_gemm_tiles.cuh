@@ -70,6 +70,12 @@ struct Layout {
     // CTAs per SM the registers must allow: the 8-token pipeline (51 KB of shared memory in the down kernel) runs up
     // to four, the other one-consumer shapes two.
     static constexpr int kMinCtasPerSm = kConsumers > 1 ? 1 : (kBlockTokens == 8 ? 4 : 2);
+    // The gate-up kernel of the 128-token TMA tile issues its first weight copies before it waits for the gather
+    // kernel (GroupedGemmArgs::prefetch_before_wait). For its CTAs to be resident beside the gather's (one 256-thread
+    // CTA of 54 registers per SM), the 384 threads keep to 128 registers, not the whole register file.
+    static constexpr bool kStreamsBesideGather =
+        kGateUp && kTmaTokens && kCluster == 1 && kMBlocks == 1 && kBlockTokens <= 128;
+    static constexpr int kMaxRegs = kStreamsBesideGather ? 128 : (65536 / (kThreads * kMinCtasPerSm)) & ~7;
     // Arrivals that release a stage: every consumer thread (one CTA), or one per consumer warp of each CTA.
     static constexpr int kEmptyArrivals = kCluster == 1 ? kConsumers * kWarpgroup : kCluster * kConsumers * 4;
 

@@ -268,7 +268,7 @@ struct Kernel {
         if (ptid == 0) {
             traceNow(args, kTraceFirstLoad);
         }
-        if constexpr (!kGateUp) {
+        if constexpr (!kGateUp || L::kStreamsBesideGather) {
             // The weights do not depend on the previous kernel: start streaming them before waiting for it (with
             // dynamic scheduling only the first item is known before the wait).
             for (int it = sh.item_begin; args.prefetch_before_wait && it < total_items && prefetched < kStages;
@@ -592,8 +592,9 @@ template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kSta
 __global__ void __launch_bounds__(
     kWarpgroup*(kConsumers + 1),
     Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>::kMinCtasPerSm)
-    groupedGemmKernel(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
-                      const __grid_constant__ CUtensorMap tmap_b_full, const GroupedGemmArgs args) {
+    __maxnreg__((Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>::kMaxRegs))
+        groupedGemmKernel(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
+                          const __grid_constant__ CUtensorMap tmap_b_full, const GroupedGemmArgs args) {
     using K = Kernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
     using L = typename K::L;
     extern __shared__ uint8_t smem_raw[];
@@ -646,7 +647,10 @@ __global__ void __launch_bounds__(
         }
         sm90::fenceBarrierInit();
     }
-    if constexpr (kGateUp) {
+    // The gate-up kernel that streams beside the gather waits for it in its roles (as the down kernel does): its
+    // weights do not depend on it, and the permute stage's offsets were complete before the gather let it launch.
+    const bool wait_in_roles = !kGateUp || (L::kStreamsBesideGather && args.prefetch_before_wait);
+    if (!wait_in_roles) {
         // Reads the permute stage's offsets (or the routing) and the previous layer's x: wait for the previous
         // kernel.
         sm90::gridDependencyWait();
@@ -654,6 +658,8 @@ __global__ void __launch_bounds__(
         if (threadIdx.x == 0) {
             K::traceNow(args, kTraceDependency);
         }
+    }
+    if constexpr (kGateUp) {
         if (blockIdx.x == 0) {
             // The down kernel's fused-combine counters and schedule (it reads them after waiting for this kernel).
             for (int i = threadIdx.x; i < args.combine.num_counters; i += blockDim.x) {
@@ -712,7 +718,7 @@ __global__ void __launch_bounds__(
         if constexpr (L::kRebalanceRegs) {
             sm90::setMaxRegsInc<L::kConsumerRegs>();
         }
-        if constexpr (!kGateUp) {
+        if (wait_in_roles) {
             sm90::gridDependencyWait();
             sm90::launchDependents();
         }

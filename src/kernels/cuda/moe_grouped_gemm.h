@@ -41,8 +41,9 @@ struct GroupedGemmArgs {
     // 1: each consumer releases a stage as soon as its wgmma retire (MoeCudaOptions::early_stage_release);
     // 0: after the next stage's wgmma are issued.
     int release_early = 0;
-    // Down kernel: 1 = issue the first items' weight copies before waiting for the gate-up kernel
-    // (MoeCudaOptions::down_prefetch).
+    // 1 = issue the first items' weight copies before waiting for the previous kernel: the down kernel
+    // (MoeCudaOptions::down_prefetch) and the 128-token TMA tile's gate-up kernel (Layout::kStreamsBesideGather,
+    // MoeCudaOptions::gate_up_prefetch), whose token rows come from the gather kernel.
     int prefetch_before_wait = 1;
     // Small batches (cp.async token shapes only): > 0 = number of routing entries (<= kFusedRoutingEntries) from
     // which both kernels compute the routing themselves (moe_fused_routing.cuh); the permute kernel is skipped.
