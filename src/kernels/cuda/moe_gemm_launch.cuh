@@ -18,7 +18,13 @@ template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kSta
 cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const CUtensorMap& tmap_b_full,
                    const GroupedGemmArgs& args, int sm_count, cudaStream_t stream, bool programmatic) {
     using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
-    auto kernel = groupedGemmKernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
+    void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, GroupedGemmArgs) = nullptr;
+    if constexpr (L::kStreamsBesideGather) {
+        kernel =
+            groupedGemmKernelBesideGather<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
+    } else {
+        kernel = groupedGemmKernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
+    }
     const size_t smem = L::bytes(args.num_experts);
     // The shared-memory limit is raised to the most any expert count needs.
     static std::atomic<uint64_t> configured_devices{0};

@@ -75,7 +75,7 @@ struct Layout {
     // CTA of 54 registers per SM), the 384 threads keep to 128 registers, not the whole register file.
     static constexpr bool kStreamsBesideGather =
         kGateUp && kTmaTokens && kCluster == 1 && kMBlocks == 1 && kBlockTokens <= 128;
-    static constexpr int kMaxRegs = kStreamsBesideGather ? 128 : (65536 / (kThreads * kMinCtasPerSm)) & ~7;
+    static constexpr int kBesideGatherRegs = 128;
     // Arrivals that release a stage: every consumer thread (one CTA), or one per consumer warp of each CTA.
     static constexpr int kEmptyArrivals = kCluster == 1 ? kConsumers * kWarpgroup : kCluster * kConsumers * 4;
 

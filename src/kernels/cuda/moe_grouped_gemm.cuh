@@ -588,13 +588,10 @@ struct Kernel {
     }
 };
 
+// The kernel's body; tmap, tmap_b and tmap_b_full point at the kernel's __grid_constant__ parameters.
 template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
-__global__ void __launch_bounds__(
-    kWarpgroup*(kConsumers + 1),
-    Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>::kMinCtasPerSm)
-    __maxnreg__((Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>::kMaxRegs))
-        groupedGemmKernel(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
-                          const __grid_constant__ CUtensorMap tmap_b_full, const GroupedGemmArgs args) {
+__device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUtensorMap* tmap_b,
+                                            const CUtensorMap* tmap_b_full, const GroupedGemmArgs& args) {
     using K = Kernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
     using L = typename K::L;
     extern __shared__ uint8_t smem_raw[];
@@ -630,10 +627,10 @@ __global__ void __launch_bounds__(
     sh.pair_ring = reinterpret_cast<int*>(base + L::kPairRingOffset);
 
     if (threadIdx.x == 0) {
-        sm90::prefetchTensorMap(&tmap);
+        sm90::prefetchTensorMap(tmap);
         if constexpr (kTmaTokens) {
-            sm90::prefetchTensorMap(&tmap_b);
-            sm90::prefetchTensorMap(&tmap_b_full);
+            sm90::prefetchTensorMap(tmap_b);
+            sm90::prefetchTensorMap(tmap_b_full);
         }
         for (int s = 0; s < kStages; ++s) {
             sm90::mbarInit(&sh.full[s], kTmaTokens ? 1 : kWarpgroup + 1);
@@ -713,7 +710,7 @@ __global__ void __launch_bounds__(
         if constexpr (L::kRebalanceRegs) {
             sm90::setMaxRegsDec<L::kProducerRegs>();
         }
-        K::produce(&tmap, &tmap_b, &tmap_b_full, args, sh, total_items, k_blocks);
+        K::produce(tmap, tmap_b, tmap_b_full, args, sh, total_items, k_blocks);
     } else {
         if constexpr (L::kRebalanceRegs) {
             sm90::setMaxRegsInc<L::kConsumerRegs>();
@@ -727,6 +724,28 @@ __global__ void __launch_bounds__(
     if constexpr (kCluster > 1) {
         sm90::clusterSync();  // no CTA leaves while its peer may still arrive on its barriers
     }
+}
+
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
+__global__ void __launch_bounds__(
+    kWarpgroup*(kConsumers + 1),
+    Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>::kMinCtasPerSm)
+    groupedGemmKernel(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
+                      const __grid_constant__ CUtensorMap tmap_b_full, const GroupedGemmArgs args) {
+    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>(&tmap, &tmap_b,
+                                                                                            &tmap_b_full, args);
+}
+
+// The same kernel with its registers capped at Layout::kBesideGatherRegs instead of the launch bounds' whole register
+// file, for the gate-up kernels that stream beside the gather (Layout::kStreamsBesideGather; nvcc takes one of the
+// two qualifiers per kernel).
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
+__global__ void __maxnreg__(
+    (Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>::kBesideGatherRegs))
+    groupedGemmKernelBesideGather(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
+                                  const __grid_constant__ CUtensorMap tmap_b_full, const GroupedGemmArgs args) {
+    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>(&tmap, &tmap_b,
+                                                                                            &tmap_b_full, args);
 }
 
 }  // namespace afd::kernels::cuda::grouped_gemm
