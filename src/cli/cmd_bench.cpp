@@ -29,6 +29,7 @@ struct BenchMoeFlags {
     bool late_release = false;
     bool no_down_prefetch = false;
     bool no_gate_up_prefetch = false;
+    bool token_gather = false;
 };
 
 void printTable(const kernels::cuda::MoeBenchResult& r) {
@@ -99,6 +100,7 @@ int runBenchMoe(BenchMoeFlags& flags) {
     flags.options.early_stage_release = !flags.late_release;
     flags.options.down_prefetch = !flags.no_down_prefetch;
     flags.options.gate_up_prefetch = !flags.no_gate_up_prefetch;
+    flags.options.slot_gather = !flags.token_gather;
     try {
         const auto result = kernels::cuda::runMoeBench(flags.options);
         printTable(result);
@@ -149,6 +151,8 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
                   "the down kernel issues no weight copies before the gate-up kernel has finished");
     moe->add_flag("--no-gate-up-prefetch", flags->no_gate_up_prefetch,
                   "the wide128 gate-up kernel issues no weight copies before the gather kernel has finished");
+    moe->add_flag("--token-gather", flags->token_gather,
+                  "gather x in token order and wait for the whole gather (no slot-order gather beside wide128)");
     moe->add_flag("--timeline", flags->options.timeline,
                   "trace one more replay per point: when the GEMM kernels' CTAs reach each step");
     moe->callback([flags, &exit_code] { exit_code = runBenchMoe(*flags); });

@@ -393,6 +393,7 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 options.early_stage_release = o.early_stage_release;
                 options.down_prefetch = o.down_prefetch;
                 options.gate_up_prefetch = o.gate_up_prefetch;
+                options.slot_gather = o.slot_gather;
                 MoeBenchRow row;
                 row.tokens = tokens;
                 row.routing = kind;

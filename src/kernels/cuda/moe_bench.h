@@ -32,6 +32,7 @@ struct MoeBenchOptions {
     bool early_stage_release = MoeCudaOptions{}.early_stage_release;     // MoeCudaOptions::early_stage_release
     bool down_prefetch = MoeCudaOptions{}.down_prefetch;                 // MoeCudaOptions::down_prefetch
     bool gate_up_prefetch = MoeCudaOptions{}.gate_up_prefetch;           // MoeCudaOptions::gate_up_prefetch
+    bool slot_gather = MoeCudaOptions{}.slot_gather;                     // MoeCudaOptions::slot_gather
     // Also run each point once more with MoeCudaOptions::trace and summarise when the GEMM kernels' CTAs reach each
     // MoeTraceEvent (MoeBenchRow::timeline).
     bool timeline = false;

@@ -29,7 +29,9 @@ struct WorkspaceLayout {
     size_t tile_offset = 0;
     size_t chunk_counts = 0;
     size_t combine_counters = 0;
-    size_t schedule = 0;  // [2 * kScheduleWords] dynamic scheduling words: gate-up, then down
+    // [syncWords(E)]: the dynamic scheduling words (gate-up, then down), then the slot-order gather's counts [E] and
+    // the gate-up CTAs done reading them [1] (GroupedGemmArgs::gathered, gathered_exit)
+    size_t schedule = 0;
     size_t entry_slot = 0;
     size_t slot_token = 0;
     size_t x_sorted = 0;
@@ -37,6 +39,9 @@ struct WorkspaceLayout {
     size_t y = 0;
     size_t total = 0;
 };
+
+// Words of the workspace's schedule region (WorkspaceLayout::schedule), all zeroed by the permute stage.
+int64_t syncWords(int64_t experts) { return 2 * cuda::kScheduleWords + experts + 1; }
 
 WorkspaceLayout workspaceLayout(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter) {
     const size_t entries = static_cast<size_t>(tokens * top_k);
@@ -53,7 +58,7 @@ WorkspaceLayout workspaceLayout(int64_t tokens, int64_t top_k, int64_t experts, 
     l.combine_counters = at;
     at = alignUp(at + static_cast<size_t>(hidden / 64) * 4);
     l.schedule = at;
-    at = alignUp(at + 2 * cuda::kScheduleWords * 4);
+    at = alignUp(at + static_cast<size_t>(syncWords(experts)) * 4);
     l.entry_slot = at;
     at = alignUp(at + entries * 4);
     l.slot_token = at;
@@ -221,6 +226,7 @@ struct Resolved {
     bool fused_routing;  // the GEMM kernels compute the routing (moe_fused_routing.cuh)
     bool fused_combine;  // the down kernel does the combine (moe_fused_combine.cuh)
     bool dynamic;        // dynamic item scheduling (GroupedGemmArgs::schedule)
+    bool slot_gather;    // the gather in slot order beside the gate-up kernel (MoeCudaOptions::slot_gather)
     int32_t* combine_counters;
     int32_t* schedule;  // [2 * kScheduleWords]: gate-up, then down
 };
@@ -240,6 +246,8 @@ Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_byte
     r.combine_counters = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + l.combine_counters);
     r.dynamic = options.dynamic_schedule && r.shape.tma_tokens;
     r.schedule = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + l.schedule);
+    // The gate-up kernels that stream beside the gather (moe_gemm_tiles.cuh, kStreamsBesideGather): wide128.
+    r.slot_gather = options.slot_gather && options.gate_up_prefetch && r.config == MoeTileConfig::kWide128;
     return r;
 }
 
@@ -430,7 +438,8 @@ void moePermuteCuda(const MoeParams& params, void* workspace, size_t workspace_b
         params.topk_ids, static_cast<int>(params.num_tokens * params.top_k), static_cast<int>(params.top_k),
         static_cast<int>(params.num_experts), cuda::multiTileTokens(r.shape.block_tokens), r.shape.block_tokens,
         r.view.expert_count, r.view.slot_offset, r.view.tile_offset, r.view.entry_slot, r.view.slot_token,
-        r.view.chunk_counts, r.dynamic ? r.schedule : nullptr, asStream(stream), options.programmatic_launch));
+        r.view.chunk_counts, r.dynamic || r.slot_gather ? r.schedule : nullptr,
+        static_cast<int>(syncWords(params.num_experts)), asStream(stream), options.programmatic_launch));
 }
 
 void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,
@@ -468,11 +477,21 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
     CUtensorMap tmap_b_full;
     std::memset(&tmap_b, 0, sizeof(tmap_b));
     std::memset(&tmap_b_full, 0, sizeof(tmap_b_full));
-    if (r.shape.tma_tokens) {
+    if (r.slot_gather) {
+        args.gathered = r.schedule + 2 * cuda::kScheduleWords;
+        args.gathered_exit = args.gathered + params.num_experts;
+        AFD_CUDA_CHECK(cuda::launchMoeGatherBySlot(reinterpret_cast<const uint16_t*>(params.x), r.view.slot_token,
+                                                   r.view.slot_offset, static_cast<int>(params.num_experts),
+                                                   static_cast<int>(params.hidden),
+                                                   reinterpret_cast<uint16_t*>(r.view.x_sorted), args.gathered,
+                                                   smCount(), asStream(stream), options.programmatic_launch));
+    } else if (r.shape.tma_tokens) {
         AFD_CUDA_CHECK(cuda::launchMoeGather(
             reinterpret_cast<const uint16_t*>(params.x), r.view.entry_slot, static_cast<int>(params.num_tokens),
             static_cast<int>(params.top_k), static_cast<int>(params.hidden),
             reinterpret_cast<uint16_t*>(r.view.x_sorted), smCount(), asStream(stream), options.programmatic_launch));
+    }
+    if (r.shape.tma_tokens) {
         args.b_src = reinterpret_cast<const uint16_t*>(r.view.x_sorted);
         tmap_b = matrixTensorMap(r.view.x_sorted, rows, params.hidden, tokenBoxRows(r.shape));
         tmap_b_full = matrixTensorMap(r.view.x_sorted, rows, params.hidden, fullTokenBoxRows(r.shape));

@@ -283,7 +283,9 @@ struct Kernel {
                     break;
                 }
             }
-            sm90::gridDependencyWait();
+            if (!kGateUp || args.gathered == nullptr) {
+                sm90::gridDependencyWait();
+            }
             sm90::launchDependents();
             if (ptid == 0) {
                 traceNow(args, kTraceDependency);
@@ -292,6 +294,7 @@ struct Kernel {
         if (kTmaTokens && ptid != 0) {
             return;  // one thread issues every copy
         }
+        [[maybe_unused]] int ready_expert = -1;
         int iter = 0;
         int next = 0;
         int it = sh.item_begin;
@@ -341,6 +344,11 @@ struct Kernel {
                     }
                 }
                 if constexpr (kTmaTokens) {
+                    if constexpr (L::kStreamsBesideGather) {
+                        if (kb == 0 && args.gathered != nullptr) {
+                            waitGathered(args, sh, item, ready_expert);
+                        }
+                    }
                     issueTokenBoxes(tmap_b, tmap_b_full, sh, stage, item, npad, kb, token_policy);
                 } else {
                     issueTokens(args, sh, stage, offsets, npad, kb, ptid);
@@ -348,8 +356,36 @@ struct Kernel {
                 }
             }
         }
+        if constexpr (L::kStreamsBesideGather) {
+            if (args.gathered != nullptr) {
+                releaseGathered(args);
+            }
+        }
         if (ptid == 0) {
             traceNow(args, kTraceProducerDone);
+        }
+    }
+
+    // Gate-up kernel beside the slot-order gather: waits until the gather has written every row of the item's expert
+    // (once per run of items of one expert), then orders the TMA loads of those rows after that acquire.
+    __device__ __forceinline__ static void waitGathered(const GroupedGemmArgs& args, const Shared& sh, const Item& item,
+                                                        int& ready_expert) {
+        if (item.expert == ready_expert) {
+            return;
+        }
+        // NOTE: rows = experts (no fused routing for the token-TMA shapes): row e is expert e.
+        sm90::waitAtLeastAcquire(args.gathered + item.expert, sh.slots[item.expert + 1] - sh.slots[item.expert]);
+        sm90::fenceProxyAsyncGlobal();
+        ready_expert = item.expert;
+    }
+
+    // The producer has issued its last copy, so it reads the counts no more: the last CTA to get here zeroes them.
+    __device__ __forceinline__ static void releaseGathered(const GroupedGemmArgs& args) {
+        if (atomicAdd(args.gathered_exit, 1) == static_cast<int>(gridDim.x) - 1) {
+            for (int e = 0; e < args.num_experts; ++e) {
+                args.gathered[e] = 0;
+            }
+            *args.gathered_exit = 0;
         }
     }
 
@@ -647,6 +683,8 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     // The gate-up kernel that streams beside the gather waits for it in its roles (as the down kernel does): its
     // weights do not depend on it, and the permute stage's offsets were complete before the gather let it launch.
     const bool wait_in_roles = !kGateUp || (L::kStreamsBesideGather && args.prefetch_before_wait);
+    // Beside the slot-order gather no thread waits for the gather grid: the producer waits per expert.
+    const bool consumers_wait = wait_in_roles && !(kGateUp && args.gathered != nullptr);
     if (!wait_in_roles) {
         // Reads the permute stage's offsets (or the routing) and the previous layer's x: wait for the previous
         // kernel.
@@ -715,7 +753,7 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
         if constexpr (L::kRebalanceRegs) {
             sm90::setMaxRegsInc<L::kConsumerRegs>();
         }
-        if (wait_in_roles) {
+        if (consumers_wait) {
             sm90::gridDependencyWait();
             sm90::launchDependents();
         }

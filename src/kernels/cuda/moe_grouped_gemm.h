@@ -45,6 +45,12 @@ struct GroupedGemmArgs {
     // (MoeCudaOptions::down_prefetch) and the 128-token TMA tile's gate-up kernel (Layout::kStreamsBesideGather,
     // MoeCudaOptions::gate_up_prefetch), whose token rows come from the gather kernel.
     int prefetch_before_wait = 1;
+    // Gate-up kernel streaming beside the slot-order gather (launchMoeGatherBySlot, MoeCudaOptions::slot_gather):
+    // gathered [E] counts each expert's rows of x_sorted as they are written; the producer waits for its item's
+    // expert to be complete before loading its token rows, and no thread waits for the gather grid. gathered_exit:
+    // the CTAs done taking and reading the counts; the last one zeroes them and itself for the next launch.
+    int32_t* gathered = nullptr;
+    int32_t* gathered_exit = nullptr;
     // Small batches (cp.async token shapes only): > 0 = number of routing entries (<= kFusedRoutingEntries) from
     // which both kernels compute the routing themselves (moe_fused_routing.cuh); the permute kernel is skipped.
     int fused_entries = 0;

@@ -115,14 +115,14 @@ __device__ void scanOffsets(int count, int num_experts, int block_tokens, int si
 __global__ void __launch_bounds__(kThreads)
     permuteKernel(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                   int single_tile_tokens, int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset,
-                  int32_t* entry_slot, int32_t* slot_token, int32_t* schedule) {
+                  int32_t* entry_slot, int32_t* slot_token, int32_t* schedule, int schedule_words) {
     __shared__ int counts[kMaxPermuteExperts];
     __shared__ int offsets[kMaxPermuteExperts];
     __shared__ int warp_sums[33];
     const int tid = threadIdx.x;
     sm90::gridDependencyWait();
-    if (schedule != nullptr && tid < kScheduleWords) {
-        schedule[tid] = 0;
+    for (int i = tid; schedule != nullptr && i < schedule_words; i += kThreads) {
+        schedule[i] = 0;
     }
 
     for (int e = tid; e < num_experts; e += kThreads) {
@@ -175,13 +175,13 @@ __global__ void __launch_bounds__(kThreads)
     scatterKernel(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                   int single_tile_tokens, int num_chunks, const int32_t* chunk_counts, int32_t* expert_count,
                   int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot, int32_t* slot_token,
-                  int32_t* schedule) {
+                  int32_t* schedule, int schedule_words) {
     __shared__ int offsets[kMaxPermuteExperts];
     __shared__ int warp_sums[33];
     const int tid = threadIdx.x;
     sm90::gridDependencyWait();
-    if (schedule != nullptr && blockIdx.x == 0 && tid < kScheduleWords) {
-        schedule[tid] = 0;
+    for (int i = tid; schedule != nullptr && blockIdx.x == 0 && i < schedule_words; i += kThreads) {
+        schedule[i] = 0;
     }
     int total = 0;
     int before = 0;
@@ -233,7 +233,7 @@ int permuteChunks(int num_entries) {
 cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                              int single_tile_tokens, int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset,
                              int32_t* entry_slot, int32_t* slot_token, int32_t* chunk_counts, int32_t* schedule,
-                             cudaStream_t stream, bool programmatic) {
+                             int schedule_words, cudaStream_t stream, bool programmatic) {
     if (num_experts < 1 || num_experts > kMaxPermuteExperts || block_tokens < 1 || single_tile_tokens < block_tokens ||
         top_k < 1) {
         return cudaErrorInvalidValue;
@@ -244,7 +244,7 @@ cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k
         const cudaLaunchConfig_t config = permuteLaunchConfig(1, stream, attr, programmatic);
         return cudaLaunchKernelEx(&config, permuteKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
                                   single_tile_tokens, expert_count, slot_offset, tile_offset, entry_slot, slot_token,
-                                  schedule);
+                                  schedule, schedule_words);
     }
     const cudaLaunchConfig_t count_config =
         permuteLaunchConfig(static_cast<unsigned>(chunks), stream, attr, programmatic);
@@ -257,7 +257,7 @@ cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k
         permuteLaunchConfig(static_cast<unsigned>(chunks), stream, attr, programmatic);
     return cudaLaunchKernelEx(&scatter_config, scatterKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
                               single_tile_tokens, chunks, static_cast<const int32_t*>(chunk_counts), expert_count,
-                              slot_offset, tile_offset, entry_slot, slot_token, schedule);
+                              slot_offset, tile_offset, entry_slot, slot_token, schedule, schedule_words);
 }
 
 }  // namespace afd::kernels::cuda

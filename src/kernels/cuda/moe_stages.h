@@ -22,17 +22,25 @@ int permuteChunks(int num_entries);
 // are not served. Writes expert_count [E], slot_offset [E + 1], tile_offset [E + 1] (expertTokenTiles: one tile up to
 // single_tile_tokens >= block_tokens, else tiles of block_tokens),
 // entry_slot [num_entries] (-1 when not served) and slot_token [valid entries]; chunk_counts
-// [permuteChunks(num_entries), E] is scratch. Also zeroes schedule[0, kScheduleWords) when not null (the gate-up
-// kernel's dynamic-schedule counters, read after this grid has completed).
+// [permuteChunks(num_entries), E] is scratch. Also zeroes schedule[0, schedule_words) when not null (the gate-up
+// kernel's dynamic-schedule counters and the slot-order gather's counts, read after this grid has completed).
 cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                              int single_tile_tokens, int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset,
                              int32_t* entry_slot, int32_t* slot_token, int32_t* chunk_counts, int32_t* schedule,
-                             cudaStream_t stream, bool programmatic);
+                             int schedule_words, cudaStream_t stream, bool programmatic);
 
 // x_sorted[entry_slot[t, j]] = x[t] for every served entry (entry_slot >= 0), one warp per token (at most 8
 // CTAs per SM); rows of `hidden` bf16, hidden % 8 == 0.
 cudaError_t launchMoeGather(const uint16_t* x, const int32_t* entry_slot, int num_tokens, int top_k, int hidden,
                             uint16_t* x_sorted, int sm_count, cudaStream_t stream, bool programmatic);
+
+// The same rows in slot order, for a gate-up kernel that runs beside it (one 256-thread CTA per SM): the CTAs copy
+// x_sorted[s] = x[slot_token[s]] a group of 8 slots each in turn, so the experts' rows complete in expert order,
+// and after each group add its rows to gathered[e] of their experts (release), which the gate-up kernel's producers
+// wait for instead of this grid (GroupedGemmArgs::gathered). slot_offset [E + 1]; gathered [E] zero before.
+cudaError_t launchMoeGatherBySlot(const uint16_t* x, const int32_t* slot_token, const int32_t* slot_offset,
+                                  int num_experts, int hidden, uint16_t* x_sorted, int32_t* gathered, int sm_count,
+                                  cudaStream_t stream, bool programmatic);
 
 // out[t] = sum_j topk_weights[t, j] * y[entry_slot[t, j]] over served entries (fp32), bf16 out [T, H];
 // zero for a token with no served entry. hidden % 8 == 0.

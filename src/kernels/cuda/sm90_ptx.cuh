@@ -212,6 +212,36 @@ __device__ __forceinline__ uint64_t policyEvictLast() {
     return policy;
 }
 
+// ---- device-wide counts between kernels that run side by side (the slot-order gather and the gate-up kernel) -----
+
+// Adds `value` to *ptr with release at GPU scope: whatever this thread has done before (and, through a CTA barrier,
+// the other threads of that barrier) is visible to a GPU-scope acquire that reads the sum.
+__device__ __forceinline__ void redAddReleaseGpu(int* ptr, int value) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(ptr), "r"(value) : "memory");
+}
+
+__device__ __forceinline__ int ldAcquireGpu(const int* ptr) {
+    int value;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(value) : "l"(ptr) : "memory");
+    return value;
+}
+
+// Orders this thread's generic-proxy accesses of global memory before its later async-proxy ones (TMA): a TMA load
+// issued after it reads what a generic acquire made visible.
+__device__ __forceinline__ void fenceProxyAsyncGlobal() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+
+// Waits until *ptr >= target (acquire). Bounded like mbarWaitBounded: a count that never arrives traps after
+// ~2^25 polls of >= 128 ns (seconds) instead of hanging the device.
+__device__ __noinline__ inline void waitAtLeastAcquire(const int* ptr, int target) {
+    uint32_t polls = 0;
+    while (ldAcquireGpu(ptr) < target) {
+        __nanosleep(128);
+        if (++polls == (1u << 25)) {
+            __trap();
+        }
+    }
+}
+
 // ---- cp.async (16-byte, L2 only) ------------------------------------------------------------------------------
 
 // Copies 16 bytes from global `src` to shared `dst`; with `valid` false writes 16 zero bytes and reads nothing.
