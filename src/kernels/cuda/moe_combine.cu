@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/kernel_launch.h"
 #include "kernels/cuda/moe_stages.h"
 #include "kernels/cuda/sm90_ptx.cuh"
 
@@ -76,15 +77,9 @@ cudaError_t launchMoeCombine(const int32_t* entry_slot, const float* topk_weight
     if (num_tokens < 1 || hidden % 8 != 0) {
         return cudaErrorInvalidValue;
     }
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(num_tokens));
-    config.blockDim = dim3(kThreads);
-    config.stream = stream;
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attr;
-    config.numAttrs = programmatic ? 1 : 0;
+    const cudaLaunchConfig_t config =
+        pdlLaunchConfig(static_cast<unsigned>(num_tokens), kThreads, stream, programmatic, attr);
     return cudaLaunchKernelEx(&config, combineKernel, entry_slot, topk_weights, y, out, top_k, hidden);
 }
 

@@ -8,7 +8,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "kernels/cuda/kernel_attributes.h"
+#include "kernels/cuda/kernel_launch.h"
 #include "kernels/cuda/moe_stages.h"
 #include "kernels/cuda/sm90_ptx.cuh"
 
@@ -18,6 +18,29 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kVecPerLane = 8;  // 16-byte vectors of a row each lane holds at once (2048 bf16 = one pass)
+
+// The lane's vectors of one pass (vectors v0 + 32 q + lane, q < kVecPerLane, of a row of row_vectors) to or from
+// registers.
+__device__ __forceinline__ void loadRowPass(const uint4* src, int v0, int lane, int row_vectors,
+                                            uint4 (&row)[kVecPerLane]) {
+#pragma unroll
+    for (int q = 0; q < kVecPerLane; ++q) {
+        const int v = v0 + q * 32 + lane;
+        if (v < row_vectors) {
+            row[q] = __ldg(src + v);
+        }
+    }
+}
+__device__ __forceinline__ void storeRowPass(uint4* dst, int v0, int lane, int row_vectors,
+                                             const uint4 (&row)[kVecPerLane]) {
+#pragma unroll
+    for (int q = 0; q < kVecPerLane; ++q) {
+        const int v = v0 + q * 32 + lane;
+        if (v < row_vectors) {
+            dst[v] = row[q];
+        }
+    }
+}
 
 __global__ void __launch_bounds__(kThreads) gatherKernel(const uint16_t* x, const int32_t* entry_slot, int num_tokens,
                                                          int top_k, int hidden, uint16_t* x_sorted) {
@@ -29,26 +52,14 @@ __global__ void __launch_bounds__(kThreads) gatherKernel(const uint16_t* x, cons
         const uint4* src = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(t) * hidden);
         for (int v0 = 0; v0 < row_vectors; v0 += 32 * kVecPerLane) {
             uint4 row[kVecPerLane];
-#pragma unroll
-            for (int q = 0; q < kVecPerLane; ++q) {
-                const int v = v0 + q * 32 + lane;
-                if (v < row_vectors) {
-                    row[q] = __ldg(src + v);
-                }
-            }
+            loadRowPass(src, v0, lane, row_vectors, row);
             for (int j = 0; j < top_k; ++j) {
                 const int slot = entry_slot[static_cast<int64_t>(t) * top_k + j];  // the same for the whole warp
                 if (slot < 0) {
                     continue;
                 }
-                uint4* dst = reinterpret_cast<uint4*>(x_sorted + static_cast<int64_t>(slot) * hidden);
-#pragma unroll
-                for (int q = 0; q < kVecPerLane; ++q) {
-                    const int v = v0 + q * 32 + lane;
-                    if (v < row_vectors) {
-                        dst[v] = row[q];
-                    }
-                }
+                storeRowPass(reinterpret_cast<uint4*>(x_sorted + static_cast<int64_t>(slot) * hidden), v0, lane,
+                             row_vectors, row);
             }
         }
     }
@@ -78,20 +89,8 @@ __global__ void __launch_bounds__(kThreads)
             uint4* dst = reinterpret_cast<uint4*>(x_sorted + static_cast<int64_t>(s) * hidden);
             for (int v0 = 0; v0 < row_vectors; v0 += 32 * kVecPerLane) {
                 uint4 row[kVecPerLane];
-#pragma unroll
-                for (int q = 0; q < kVecPerLane; ++q) {
-                    const int v = v0 + q * 32 + lane;
-                    if (v < row_vectors) {
-                        row[q] = __ldg(src + v);
-                    }
-                }
-#pragma unroll
-                for (int q = 0; q < kVecPerLane; ++q) {
-                    const int v = v0 + q * 32 + lane;
-                    if (v < row_vectors) {
-                        dst[v] = row[q];
-                    }
-                }
+                loadRowPass(src, v0, lane, row_vectors, row);
+                storeRowPass(dst, v0, lane, row_vectors, row);
             }
         }
         __syncthreads();
@@ -126,27 +125,16 @@ cudaError_t launchMoeGather(const uint16_t* x, const int32_t* entry_slot, int nu
     if (hidden % 8 != 0 || num_tokens < 1 || top_k < 1) {
         return cudaErrorInvalidValue;
     }
-    // The largest shared-memory carveout, as the GEMM kernels': an SM set up for a smaller one would not take the
-    // gate-up CTAs that stream beside this kernel's (moe_gemm_tiles.cuh, kStreamsBesideGather) until its CTAs have
-    // left.
+    // The GEMM kernels' carveout: the wide128 gate-up CTAs start beside this kernel's (kStreamsBesideGather).
     static std::atomic<uint64_t> configured_devices{0};
-    const cudaError_t err = configureOncePerDevice(configured_devices, [] {
-        return cudaFuncSetAttribute(gatherKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    cudaSharedmemCarveoutMaxShared);
-    });
+    const cudaError_t err = maxSharedCarveoutOnce(gatherKernel, configured_devices);
     if (err != cudaSuccess) {
         return err;
     }
     const int wanted = (num_tokens + kWarps - 1) / kWarps;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(wanted < 8 * sm_count ? wanted : 8 * sm_count));
-    config.blockDim = dim3(kThreads);
-    config.stream = stream;
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attr;
-    config.numAttrs = programmatic ? 1 : 0;
+    const cudaLaunchConfig_t config = pdlLaunchConfig(
+        static_cast<unsigned>(wanted < 8 * sm_count ? wanted : 8 * sm_count), kThreads, stream, programmatic, attr);
     return cudaLaunchKernelEx(&config, gatherKernel, x, entry_slot, num_tokens, top_k, hidden, x_sorted);
 }
 
@@ -157,22 +145,14 @@ cudaError_t launchMoeGatherBySlot(const uint16_t* x, const int32_t* slot_token, 
         return cudaErrorInvalidValue;
     }
     static std::atomic<uint64_t> configured_devices{0};
-    const cudaError_t err = configureOncePerDevice(configured_devices, [] {
-        return cudaFuncSetAttribute(gatherBySlotKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    cudaSharedmemCarveoutMaxShared);
-    });
+    const cudaError_t err = maxSharedCarveoutOnce(gatherBySlotKernel, configured_devices);
     if (err != cudaSuccess) {
         return err;
     }
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(sm_count));  // one CTA per SM, beside the gate-up kernel's
-    config.blockDim = dim3(kThreads);
-    config.stream = stream;
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attr;
-    config.numAttrs = programmatic ? 1 : 0;
+    // One CTA per SM, beside the gate-up kernel's.
+    const cudaLaunchConfig_t config =
+        pdlLaunchConfig(static_cast<unsigned>(sm_count), kThreads, stream, programmatic, attr);
     return cudaLaunchKernelEx(&config, gatherBySlotKernel, x, slot_token, slot_offset, num_experts, hidden, x_sorted,
                               gathered);
 }

@@ -8,7 +8,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "kernels/cuda/kernel_attributes.h"
+#include "kernels/cuda/kernel_launch.h"
 #include "kernels/cuda/moe_grouped_gemm.cuh"
 
 namespace afd::kernels::cuda::grouped_gemm {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/kernel_launch.h"
 #include "kernels/cuda/moe_stages.h"
 #include "kernels/cuda/moe_token_tiles.cuh"
 #include "kernels/cuda/sm90_ptx.cuh"
@@ -211,19 +212,6 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-cudaLaunchConfig_t permuteLaunchConfig(unsigned blocks, cudaStream_t stream, cudaLaunchAttribute* attr,
-                                       bool programmatic) {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(blocks);
-    config.blockDim = dim3(kThreads);
-    config.stream = stream;
-    attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr->val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attr;
-    config.numAttrs = programmatic ? 1 : 0;
-    return config;
-}
-
 }  // namespace
 
 int permuteChunks(int num_entries) {
@@ -241,20 +229,20 @@ cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k
     cudaLaunchAttribute attr[1];
     const int chunks = permuteChunks(num_entries);
     if (chunks == 0) {
-        const cudaLaunchConfig_t config = permuteLaunchConfig(1, stream, attr, programmatic);
+        const cudaLaunchConfig_t config = pdlLaunchConfig(1, kThreads, stream, programmatic, attr);
         return cudaLaunchKernelEx(&config, permuteKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
                                   single_tile_tokens, expert_count, slot_offset, tile_offset, entry_slot, slot_token,
                                   schedule, schedule_words);
     }
     const cudaLaunchConfig_t count_config =
-        permuteLaunchConfig(static_cast<unsigned>(chunks), stream, attr, programmatic);
+        pdlLaunchConfig(static_cast<unsigned>(chunks), kThreads, stream, programmatic, attr);
     const cudaError_t err =
         cudaLaunchKernelEx(&count_config, countKernel, topk_ids, num_entries, num_experts, entry_slot, chunk_counts);
     if (err != cudaSuccess) {
         return err;
     }
     const cudaLaunchConfig_t scatter_config =
-        permuteLaunchConfig(static_cast<unsigned>(chunks), stream, attr, programmatic);
+        pdlLaunchConfig(static_cast<unsigned>(chunks), kThreads, stream, programmatic, attr);
     return cudaLaunchKernelEx(&scatter_config, scatterKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
                               single_tile_tokens, chunks, static_cast<const int32_t*>(chunk_counts), expert_count,
                               slot_offset, tile_offset, entry_slot, slot_token, schedule, schedule_words);
