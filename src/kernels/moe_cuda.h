@@ -100,7 +100,8 @@ struct MoeCudaOptions {
 enum MoeTraceEvent : int {
     kTraceEntry = 0,     // first instruction
     kTraceSetup,         // barriers, prefixes (or the fused routing) ready
-    kTraceDependency,    // the producer has waited for the previous kernel (gate-up: in the prologue)
+    kTraceDependency,    // the producer has waited for the previous kernel (gate-up: in the prologue; beside the
+                         // slot-order gather: issued its first weight copies, it waits per expert instead)
     kTraceFirstLoad,     // the producer issues its first copy
     kTraceFirstData,     // consumer warpgroup 0 has its first stage
     kTraceLastMma,       // consumer warpgroup 0 finished the MMAs of its last item

@@ -153,6 +153,7 @@ struct Mode {
     bool dynamic_schedule = true;
     bool early_stage_release = true;
     bool gate_up_prefetch = true;
+    bool slot_gather = true;
 };
 
 // Each configuration with the default options; when the case is small enough for the fused paths, also with the
@@ -160,12 +161,16 @@ struct Mode {
 // cap, so that down CTAs with many items arrive on each block several times). Every configuration also runs with the
 // static round robin, the stages released after the next stage's wgmma and the gate-up kernel waiting for the gather
 // before its first copy (the token-TMA shapes take items from the device-wide counter by default, and wide128's gate-up
-// kernel streams its first weights beside the gather).
+// kernel streams its first weights beside the gather). wide128 also runs beside the token-order gather, waited for as a
+// whole (MoeCudaOptions::slot_gather off).
 std::vector<Mode> configsAndFusionModes(const Case& c) {
     std::vector<Mode> modes;
     for (const MoeTileConfig t : configsFor(c)) {
         modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries});
         modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, false, false, false});
+        if (t == MoeTileConfig::kWide128) {
+            modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, true, true, true, false});
+        }
         if (c.tokens * c.top_k <= 256) {
             modes.push_back({t, false, 0});
             modes.push_back({t, false, 256});
@@ -299,7 +304,8 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
                          << " fused combine up to " << mode.fused_combine_entries << " entries"
                          << (mode.dynamic_schedule ? "" : " static schedule")
                          << (mode.early_stage_release ? "" : " late stage release")
-                         << (mode.gate_up_prefetch ? "" : " no gate-up prefetch"));
+                         << (mode.gate_up_prefetch ? "" : " no gate-up prefetch")
+                         << (mode.slot_gather ? "" : " token-order gather"));
             MoeCudaOptions options;
             options.tile = mode.config;
             options.fuse_small_routing = mode.fuse_routing;
@@ -307,6 +313,7 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
             options.dynamic_schedule = mode.dynamic_schedule;
             options.early_stage_release = mode.early_stage_release;
             options.gate_up_prefetch = mode.gate_up_prefetch;
+            options.slot_gather = mode.slot_gather;
             const MoeTileConfig resolved = resolveMoeTileConfig(params, options);
             const MoeWorkspaceView view = moeWorkspaceView(params, p.d_ws.get(), p.d_ws.bytes());
 

@@ -228,7 +228,7 @@ struct Resolved {
     bool dynamic;        // dynamic item scheduling (GroupedGemmArgs::schedule)
     bool slot_gather;    // the gather in slot order beside the gate-up kernel (MoeCudaOptions::slot_gather)
     int32_t* combine_counters;
-    int32_t* schedule;  // [2 * kScheduleWords]: gate-up, then down
+    int32_t* schedule;  // WorkspaceLayout::schedule: [2 * kScheduleWords] gate-up then down, gathered [E], exit [1]
 };
 
 Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_bytes, const MoeCudaOptions& options) {
