@@ -11,7 +11,8 @@
 #                  of the GEMM kernels at T = 1, 1024, 4096 (afd bench moe --timeline); "ncu" adds hardware counters of
 #                  the grouped GEMMs at T = AFD_NCU_TOKENS (default 1024) with AFD_NCU_ROUTING (default uniform) to
 #                  sass.txt (Nsight Compute, clocks left alone; the warp-state section includes the stalls on
-#                  instruction fetch, "No Instruction"). "ffn": the GPU FFN
+#                  instruction fetch, "No Instruction"), and the DRAM bytes of two whole layers to dram.txt
+#                  (graph replays, caches not flushed). "ffn": the GPU FFN
 #                  rank (its tests, then `afd launch --ffn-device cuda` on the HF fixture and on a 2-layer
 #                  Qwen3-30B-A3B-shaped model); "hf": scripts/hf_crosscheck.py (engine vs transformers)
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
@@ -110,6 +111,14 @@ if has_phase ncu && command -v ncu >/dev/null; then
         --routing "${AFD_NCU_ROUTING:-uniform}" --reps 10 --no-stages >>"$out/sass.txt" 2>&1
     echo "ncu exit $?"
     grep -E "groupedGemm|Throughput|Duration|DRAM|L2 Cache|Stall|No Instruction" "$out/sass.txt" | tail -40
+    # DRAM bytes of whole layers in context (graph replays, caches left as the previous layer left them): what the
+    # layer moves beside its weights (scratch rows written back and read again).
+    timeout 120 ncu --graph-profiling graph --cache-control none --clock-control none \
+        --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum --launch-skip 90 --launch-count 2 \
+        "$bin/afd" bench moe --tokens "${AFD_NCU_TOKENS:-1024}" --routing "${AFD_NCU_ROUTING:-uniform}" --reps 40 \
+        --no-stages >"$out/dram.txt" 2>&1
+    echo "ncu graphs exit $?"
+    grep -E "dram__bytes" "$out/dram.txt"
 fi
 afd_summary="$out/afd_summary.txt"
 : >"$afd_summary"
