@@ -153,6 +153,9 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
                   "the wide128 gate-up kernel issues no weight copies before the gather kernel has finished");
     moe->add_flag("--token-gather", flags->token_gather,
                   "gather x in token order and wait for the whole gather (no slot-order gather beside wide128)");
+    moe->add_option("--omit-stage", flags->options.omit_stage,
+                    "diagnostic: time the layer without its permute or combine stage (what hiding it could gain)")
+        ->check(CLI::IsMember({"permute", "combine"}));
     moe->add_flag("--timeline", flags->options.timeline,
                   "trace one more replay per point: when the GEMM kernels' CTAs reach each step");
     moe->callback([flags, &exit_code] { exit_code = runBenchMoe(*flags); });

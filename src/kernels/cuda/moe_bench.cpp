@@ -322,6 +322,25 @@ std::string summariseTrace(const std::vector<uint64_t>& stamps, double layer_us)
     return text;
 }
 
+// The layer as the timed graphs run it: moeForwardCuda, or its stages without `omit` ("permute": its outputs are
+// those the untimed eager run left in the workspace for the same routing; "combine": out is not written), which
+// bounds what hiding that stage could gain.
+void timedLayer(const MoeParams& params, void* ws, size_t ws_bytes, cudaStream_t s, const MoeCudaOptions& options,
+                const std::string& omit) {
+    if (omit.empty()) {
+        moeForwardCuda(params, ws, ws_bytes, s, options);
+        return;
+    }
+    if (omit != "permute") {
+        moePermuteCuda(params, ws, ws_bytes, s, options);
+    }
+    moeGateUpCuda(params, ws, ws_bytes, s, options);
+    moeDownCuda(params, ws, ws_bytes, s, options);
+    if (omit != "combine") {
+        moeCombineCuda(params, ws, ws_bytes, s, options);
+    }
+}
+
 }  // namespace
 
 std::string routingFileName(const std::string& routing, int64_t tokens) {
@@ -331,6 +350,8 @@ std::string routingFileName(const std::string& routing, int64_t tokens) {
 MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
     AFD_CHECK(deviceCount() > 0, "afd bench moe needs a CUDA device");
     AFD_CHECK(o.layers >= 1 && o.reps >= 1, "bench moe: layers {} and reps {} must be >= 1", o.layers, o.reps);
+    AFD_CHECK(o.omit_stage.empty() || o.omit_stage == "permute" || o.omit_stage == "combine",
+              "bench moe: omit_stage must be permute or combine, got '{}'", o.omit_stage);
     MoeBenchResult result;
     result.device = deviceInfo(0).name;
     Stream stream;
@@ -401,13 +422,16 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 if (tile == MoeTileConfig::kAuto) {
                     row.tile = std::string("auto:") + row.tile;
                 }
+                if (!o.omit_stage.empty()) {
+                    row.tile += "-no-" + o.omit_stage;
+                }
                 row.distinct_experts = routing.distinct;
                 row.entries = tokens * o.top_k;
                 std::vector<std::unique_ptr<Graph>> graphs;
                 for (int l = 0; l < o.layers; ++l) {
                     moeForwardCuda(params(l), ws, ws_bytes, s, options);  // eager: module load, first launch
-                    graphs.push_back(
-                        std::make_unique<Graph>(s, [&] { moeForwardCuda(params(l), ws, ws_bytes, s, options); }));
+                    graphs.push_back(std::make_unique<Graph>(
+                        s, [&] { timedLayer(params(l), ws, ws_bytes, s, options, o.omit_stage); }));
                 }
                 configs.push_back({options, row, std::move(graphs)});
             }

@@ -36,6 +36,9 @@ struct MoeBenchOptions {
     // Also run each point once more with MoeCudaOptions::trace and summarise when the GEMM kernels' CTAs reach each
     // MoeTraceEvent (MoeBenchRow::timeline).
     bool timeline = false;
+    // Diagnostic: "permute" or "combine" times the layer without that stage (the bound on what hiding it could gain;
+    // the rows' tile gets "-no-<stage>"); empty: the whole layer.
+    std::string omit_stage;
     std::string dump_routing_dir;  // if set, writes routing_<name>_T<T>.bin for the peer scripts
     uint64_t seed = 1;
 };
