@@ -28,16 +28,16 @@ namespace {
 // Device memory and streams come from device_memory.h; a benchmark buffer is never empty (cudaMalloc(0) gives a
 // null pointer the kernels would be handed).
 class DeviceMemory : public DeviceBuffer {
- public:
+public:
     explicit DeviceMemory(size_t bytes) : DeviceBuffer(std::max<size_t>(bytes, 256)), requested_(bytes) {}
     size_t bytes() const { return requested_; }
 
- private:
+private:
     size_t requested_ = 0;
 };
 
 class Graph {
- public:
+public:
     // Captures what `body` enqueues on `stream` (relaxed mode: other threads may use the runtime meanwhile).
     Graph(cudaStream_t stream, const std::function<void()>& body) {
         AFD_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
@@ -53,12 +53,12 @@ class Graph {
     Graph& operator=(const Graph&) = delete;
     void launch(cudaStream_t stream) const { AFD_CUDA_CHECK(cudaGraphLaunch(exec_, stream)); }
 
- private:
+private:
     cudaGraphExec_t exec_ = nullptr;
 };
 
 class Events {
- public:
+public:
     explicit Events(size_t count) : events_(count) {
         for (auto& e : events_) {
             AFD_CUDA_CHECK(cudaEventCreate(&e));
@@ -73,19 +73,19 @@ class Events {
     Events& operator=(const Events&) = delete;
     cudaEvent_t operator[](size_t i) const { return events_[i]; }
 
- private:
+private:
     std::vector<cudaEvent_t> events_;
 };
 
 class CublasHandle {
- public:
+public:
     CublasHandle() { AFD_CUBLAS_CHECK(cublasCreate(&handle_)); }
     ~CublasHandle() { (void)cublasDestroy(handle_); }
     CublasHandle(const CublasHandle&) = delete;
     CublasHandle& operator=(const CublasHandle&) = delete;
     cublasHandle_t get() const { return handle_; }
 
- private:
+private:
     cublasHandle_t handle_ = nullptr;
 };
 
