@@ -112,7 +112,9 @@ if has_phase ncu && command -v ncu >/dev/null; then
     echo "ncu exit $?"
     grep -E "groupedGemm|Throughput|Duration|DRAM|L2 Cache|Stall|No Instruction" "$out/sass.txt" | tail -40
     # DRAM bytes of whole layers in context (graph replays, caches left as the previous layer left them): what the
-    # layer moves beside its weights (scratch rows written back and read again).
+    # layer moves beside its weights (scratch rows written back and read again). The bench launches about 70 kernels
+    # (copy, cuBLAS and fill kernels, one eager layer per weight set) before its 50 graph replays (10 warm-up + 40), so
+    # skipping 90 launches profiles two timed replays.
     timeout 120 ncu --graph-profiling graph --cache-control none --clock-control none \
         --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum --launch-skip 90 --launch-count 2 \
         "$bin/afd" bench moe --tokens "${AFD_NCU_TOKENS:-1024}" --routing "${AFD_NCU_ROUTING:-uniform}" --reps 40 \

@@ -457,7 +457,7 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                     MoeCudaOptions traced = options;
                     traced.trace = trace.as<uint64_t>();
                     const int last = o.layers - 1;
-                    const Graph graph(s, [&] { moeForwardCuda(params(last), ws, ws_bytes, s, traced); });
+                    const Graph graph(s, [&] { timedLayer(params(last), ws, ws_bytes, s, traced, o.omit_stage); });
                     for (int l = 0; l < last; ++l) {
                         graphs[static_cast<size_t>(l)]->launch(s);
                     }
