@@ -7,7 +7,8 @@
 #   AFD_GPU_DEPS   unpacked build dependencies from scripts/stage_gpu_deps.sh (default: .gpu_deps/root)
 #   AFD_PREBUILT   folder holding `afd` and `kernels_cuda_tests` built elsewhere for this machine; used when they
 #                  start here, otherwise the script builds (build-gpu/)
-#   AFD_PHASES     which phases to run, default "tests bench sweep peers ffn hf"; "timeline" adds per-CTA step times
+#   AFD_PHASES     which phases to run, default "tests bench sweep peers router ffn hf" ("router": `afd bench
+#                  router` and its torch peer, bench/peers/torch_router.py); "timeline" adds per-CTA step times
 #                  of the GEMM kernels at T = 1, 1024, 4096 (afd bench moe --timeline); "ncu" adds hardware counters of
 #                  the grouped GEMMs at T = AFD_NCU_TOKENS (default 1024) with AFD_NCU_ROUTING (default uniform) to
 #                  sass.txt (Nsight Compute, clocks left alone; the warp-state section includes the stalls on
@@ -23,7 +24,7 @@ set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${OUT:-$root/gpu_out}"
 deps="${AFD_GPU_DEPS:-$root/.gpu_deps/root}"
-phases="${AFD_PHASES:-tests bench sweep peers ffn hf}"
+phases="${AFD_PHASES:-tests bench sweep peers router ffn hf}"
 reps="${AFD_REPS:-100}"
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -69,6 +70,8 @@ if has_phase tests; then
 fi
 
 routing_dir=/tmp/afd_routing
+afd_summary="$out/afd_summary.txt"
+: >"$afd_summary"
 mkdir -p "$routing_dir"
 if has_phase bench; then
     stamp "afd bench moe"
@@ -103,6 +106,27 @@ if has_phase peers; then
     done
     grep -vE "^  " "$out/peers.log" | tail -40
 fi
+if has_phase router; then
+    stamp "afd bench router and its torch peer"
+    timeout 120 "$bin/afd" bench router --csv "$out/router.csv" >"$out/router.log" 2>&1
+    echo "bench router exit $?"
+    (cd "$root/bench/peers" && timeout 200 python3 torch_router.py --csv "$out/torch_router.csv") \
+        >>"$out/router.log" 2>&1
+    echo "torch_router exit $?"
+    python3 - "$out/router.csv" "$out/torch_router.csv" >>"$afd_summary" <<'PY'
+import csv, sys
+try:
+    ours = {r["tokens"]: r for r in csv.DictReader(open(sys.argv[1]))}
+    peer = {r["tokens"]: r for r in csv.DictReader(open(sys.argv[2]))}
+    print("router (E 128, H 2048, top-8): T, ours us, torch us, torch/ours, % of floor")
+    for t, r in ours.items():
+        p = float(peer[t]["median_us"]) if t in peer else float("nan")
+        us = float(r["median_us"])
+        print(f"  {t:>6} {us:8.2f} {p:8.2f} {p / us:6.2f}x {float(r['pct_of_floor']):6.1f}")
+except Exception as e:
+    print(f"router: no result ({e})")
+PY
+fi
 if has_phase ncu && command -v ncu >/dev/null; then
     stamp "ncu"
     timeout 120 ncu --clock-control none --graph-profiling node --kernel-name regex:groupedGemm \
@@ -122,8 +146,6 @@ if has_phase ncu && command -v ncu >/dev/null; then
     echo "ncu graphs exit $?"
     grep -E "dram__bytes" "$out/dram.txt"
 fi
-afd_summary="$out/afd_summary.txt"
-: >"$afd_summary"
 if has_phase ffn; then
     stamp "ffn_tests (GPU FFN compute vs CPU)"
     timeout 180 "$bin/ffn_tests" --gtest_color=no --gtest_filter='CudaFfnCompute*:DeviceMapping*' >"$out/ffn_tests.log" 2>&1

@@ -165,6 +165,7 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
         exit_code = core::kExitFailure;
     });
 #endif
+    addBenchRouterCommand(*bench, exit_code);
 }
 
 }  // namespace afd::cli

@@ -1,5 +1,7 @@
 // Harness of the CUDA router against the fp32 CPU reference: logits, top-k choice and weights on fresh random
-// inputs of several shapes, with and without renormalisation, outputs poisoned first; plus the error paths.
+// inputs of several shapes (one to 32 reduction splits, one or two expert tiles, a hidden size that is not a whole
+// number of 64-element chunks), with and without renormalisation, outputs and workspace poisoned first; plus the
+// error paths.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,9 +31,10 @@ TEST(RouterCudaTest, MatchesCpuReference) {
     }
     std::mt19937 rng(4242);
     const std::vector<RouterCase> cases = {
-        {1, 64, 32, 1, true, true},       {7, 128, 128, 8, true, true},   {16, 2048, 128, 8, true, true},
-        {33, 256, 256, 8, false, true},   {200, 512, 64, 2, true, false}, {5, 96, 32, 32, false, true},
-        {1000, 2048, 128, 8, true, true},
+        {1, 64, 32, 1, true, true},       {7, 128, 128, 8, true, true},      {16, 2048, 128, 8, true, true},
+        {33, 256, 256, 8, false, true},   {200, 512, 64, 2, true, false},    {5, 96, 32, 32, false, true},
+        {1000, 2048, 128, 8, true, true}, {5000, 2048, 128, 8, true, false}, {70, 1024, 256, 8, true, true},
+        {40, 512, 96, 4, true, true},     {9, 256, 224, 8, false, true},
     };
     for (const RouterCase& c : cases) {
         SCOPED_TRACE(testing::Message() << "T " << c.tokens << " H " << c.hidden << " E " << c.experts << " K "
@@ -46,6 +49,8 @@ TEST(RouterCudaTest, MatchesCpuReference) {
         DeviceBuffer d_logits(static_cast<size_t>(c.tokens * c.experts) * 4);
         DeviceBuffer d_ids(static_cast<size_t>(c.tokens * c.top_k) * 4);
         DeviceBuffer d_weights(static_cast<size_t>(c.tokens * c.top_k) * 4);
+        DeviceBuffer d_ws(routerCudaWorkspaceBytes(c.tokens, c.hidden, c.experts));
+        d_ws.poison();
         d_logits.poison();
         d_ids.poison();
         d_weights.poison();
@@ -61,7 +66,7 @@ TEST(RouterCudaTest, MatchesCpuReference) {
         p.logits = c.with_logits ? d_logits.as<float>() : nullptr;
         p.topk_ids = d_ids.as<int32_t>();
         p.topk_weights = d_weights.as<float>();
-        routerForwardCuda(p, nullptr);
+        routerForwardCuda(p, d_ws.get(), d_ws.bytes(), nullptr);
         AFD_CUDA_CHECK(cudaDeviceSynchronize());
 
         if (c.with_logits) {
@@ -117,14 +122,43 @@ TEST(RouterCudaTest, RejectsExpertCountNotMultipleOf32) {
     p.gate_w = reinterpret_cast<const core::Bf16*>(dummy);
     p.topk_ids = dummy;
     p.topk_weights = reinterpret_cast<float*>(dummy);
-    EXPECT_THROW(routerForwardCuda(p, nullptr), core::Error);
+    EXPECT_THROW(routerForwardCuda(p, dummy, sizeof(dummy), nullptr), core::Error);
+}
+
+TEST(RouterCudaTest, RejectsTooSmallWorkspace) {
+    RouterParams p;
+    p.num_tokens = 2;
+    p.hidden = 64;
+    p.num_experts = 32;
+    p.top_k = 2;
+    p.act_dtype = ActDType::kBf16;
+    static int dummy[16];
+    p.x = dummy;
+    p.gate_w = reinterpret_cast<const core::Bf16*>(dummy);
+    p.topk_ids = dummy;
+    p.topk_weights = reinterpret_cast<float*>(dummy);
+    ASSERT_GT(routerCudaWorkspaceBytes(2, 64, 32), size_t{16});
+    EXPECT_THROW(routerForwardCuda(p, dummy, 16, nullptr), core::Error);
+    EXPECT_THROW(routerForwardCuda(p, nullptr, routerCudaWorkspaceBytes(2, 64, 32), nullptr), core::Error);
+}
+
+// A workspace sized for T serves every smaller batch (the FFN rank sizes it once for its largest).
+TEST(RouterCudaTest, WorkspaceForTServesEverySmallerT) {
+    for (const auto& [hidden, experts] : {std::pair<int64_t, int64_t>{2048, 128}, {1024, 256}, {96, 32}}) {
+        size_t most = 0;
+        for (int64_t t = 1; t <= 3000; ++t) {
+            const size_t bytes = routerCudaWorkspaceBytes(t, hidden, experts);
+            EXPECT_GE(bytes, most) << "T " << t << " H " << hidden << " E " << experts;
+            most = std::max(most, bytes);
+        }
+    }
 }
 
 TEST(RouterCudaTest, RejectsFloatActivations) {
     RouterParams p;
     p.num_tokens = 2;
     p.act_dtype = ActDType::kF32;
-    EXPECT_THROW(routerForwardCuda(p, nullptr), core::Error);
+    EXPECT_THROW(routerForwardCuda(p, nullptr, 0, nullptr), core::Error);
 }
 
 }  // namespace

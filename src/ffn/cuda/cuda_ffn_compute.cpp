@@ -77,6 +77,7 @@ private:
     std::vector<DeviceLayer> layers_;
     std::unique_ptr<Stream> stream_;
     DeviceBuffer x_dev_, ids_dev_, weights_dev_, out_dev_, workspace_;
+    DeviceBuffer router_workspace_;  // p2p layers routed here: the router's partial logits
     PinnedBuffer x_host_, ids_host_, weights_host_, out_host_;
     std::map<std::pair<int64_t, int64_t>, GraphExec> graphs_;  // (layer, bucket)
     bool released_ = false;
@@ -132,6 +133,9 @@ core::Status CudaFfnCompute::init(model::ModelWeights weights) {
     ids_dev_ = DeviceBuffer(static_cast<size_t>(rows * K) * sizeof(int32_t));
     weights_dev_ = DeviceBuffer(static_cast<size_t>(rows * K) * sizeof(float));
     workspace_ = DeviceBuffer(kernels::moeCudaWorkspaceBytes(rows, K, max_experts, H, max_inter));
+    if (std::any_of(layers_.begin(), layers_.end(), [](const DeviceLayer& d) { return d.route_here; })) {
+        router_workspace_ = DeviceBuffer(kernels::routerCudaWorkspaceBytes(rows, H, config_.num_experts));
+    }
     x_host_ = PinnedBuffer(static_cast<size_t>(rows * H) * sizeof(uint16_t));
     out_host_ = PinnedBuffer(static_cast<size_t>(rows * H) * sizeof(uint16_t));
     ids_host_ = PinnedBuffer(static_cast<size_t>(rows * K) * sizeof(int32_t));
@@ -168,7 +172,7 @@ void CudaFfnCompute::enqueue(int64_t layer, int64_t rows) {
         r.gate_w = d.router.as<core::Bf16>();
         r.topk_ids = ids_dev_.as<int32_t>();
         r.topk_weights = weights_dev_.as<float>();
-        kernels::routerForwardCuda(r, stream_->get());
+        kernels::routerForwardCuda(r, router_workspace_.get(), router_workspace_.bytes(), stream_->get());
     }
     kernels::moeForwardCuda(p, workspace_.get(), workspace_.bytes(), stream_->get());
 }
@@ -264,6 +268,7 @@ void CudaFfnCompute::release() {
     ids_dev_ = DeviceBuffer();
     weights_dev_ = DeviceBuffer();
     workspace_ = DeviceBuffer();
+    router_workspace_ = DeviceBuffer();
     x_host_ = PinnedBuffer();
     out_host_ = PinnedBuffer();
     ids_host_ = PinnedBuffer();

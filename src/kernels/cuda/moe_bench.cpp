@@ -1,6 +1,5 @@
 #include "kernels/cuda/moe_bench.h"
 
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <fmt/core.h>
@@ -15,6 +14,7 @@
 #include <set>
 #include <utility>
 
+#include "kernels/cuda/bench_timing.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_memory.h"
@@ -22,157 +22,6 @@
 
 namespace afd::kernels::cuda {
 namespace {
-
-// ---- RAII for the runtime objects the benchmark holds --------------------------------------------------------
-
-// Device memory and streams come from device_memory.h; a benchmark buffer is never empty (cudaMalloc(0) gives a
-// null pointer the kernels would be handed).
-class DeviceMemory : public DeviceBuffer {
-public:
-    explicit DeviceMemory(size_t bytes) : DeviceBuffer(std::max<size_t>(bytes, 256)), requested_(bytes) {}
-    size_t bytes() const { return requested_; }
-
-private:
-    size_t requested_ = 0;
-};
-
-class Graph {
-public:
-    // Captures what `body` enqueues on `stream` (relaxed mode: other threads may use the runtime meanwhile).
-    Graph(cudaStream_t stream, const std::function<void()>& body) {
-        AFD_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-        body();
-        cudaGraph_t graph = nullptr;
-        AFD_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-        const cudaError_t err = cudaGraphInstantiate(&exec_, graph, 0);
-        (void)cudaGraphDestroy(graph);
-        AFD_CUDA_CHECK(err);
-    }
-    ~Graph() { (void)cudaGraphExecDestroy(exec_); }
-    Graph(const Graph&) = delete;
-    Graph& operator=(const Graph&) = delete;
-    void launch(cudaStream_t stream) const { AFD_CUDA_CHECK(cudaGraphLaunch(exec_, stream)); }
-
-private:
-    cudaGraphExec_t exec_ = nullptr;
-};
-
-class Events {
-public:
-    explicit Events(size_t count) : events_(count) {
-        for (auto& e : events_) {
-            AFD_CUDA_CHECK(cudaEventCreate(&e));
-        }
-    }
-    ~Events() {
-        for (auto& e : events_) {
-            (void)cudaEventDestroy(e);
-        }
-    }
-    Events(const Events&) = delete;
-    Events& operator=(const Events&) = delete;
-    cudaEvent_t operator[](size_t i) const { return events_[i]; }
-
-private:
-    std::vector<cudaEvent_t> events_;
-};
-
-class CublasHandle {
-public:
-    CublasHandle() { AFD_CUBLAS_CHECK(cublasCreate(&handle_)); }
-    ~CublasHandle() { (void)cublasDestroy(handle_); }
-    CublasHandle(const CublasHandle&) = delete;
-    CublasHandle& operator=(const CublasHandle&) = delete;
-    cublasHandle_t get() const { return handle_; }
-
-private:
-    cublasHandle_t handle_ = nullptr;
-};
-
-struct Timing {
-    double median_us = 0;
-    double p10_us = 0;
-    double p90_us = 0;
-};
-
-// Times `reps` runs of run(i) on `stream` with an event pair around each; median and 10/90th percentiles.
-// Times `configs` alternatives together: warmup rounds, then `reps` rounds in which run(i, c) runs once for each
-// c in turn, each run between its own pair of events; one Timing per c. Interleaved so that every alternative sees
-// the same clocks: timed one after the other, at T >= 4096 the second of two configs measured 10-15 % slower
-// than the first, whichever it was (docs/cuda-moe-notes.md, v10).
-std::vector<Timing> timeInterleaved(cudaStream_t stream, int warmup, int reps, size_t configs,
-                                    const std::function<void(int, size_t)>& run) {
-    for (int i = 0; i < warmup; ++i) {
-        for (size_t c = 0; c < configs; ++c) {
-            run(i, c);
-        }
-    }
-    Events events(2 * static_cast<size_t>(reps) * configs);
-    for (int i = 0; i < reps; ++i) {
-        for (size_t c = 0; c < configs; ++c) {
-            const size_t e = 2 * (static_cast<size_t>(i) * configs + c);
-            AFD_CUDA_CHECK(cudaEventRecord(events[e], stream));
-            run(i, c);
-            AFD_CUDA_CHECK(cudaEventRecord(events[e + 1], stream));
-        }
-    }
-    AFD_CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::vector<Timing> timings;
-    for (size_t c = 0; c < configs; ++c) {
-        std::vector<double> us(static_cast<size_t>(reps));
-        for (int i = 0; i < reps; ++i) {
-            const size_t e = 2 * (static_cast<size_t>(i) * configs + c);
-            float ms = 0;
-            AFD_CUDA_CHECK(cudaEventElapsedTime(&ms, events[e], events[e + 1]));
-            us[static_cast<size_t>(i)] = ms * 1e3;
-        }
-        std::sort(us.begin(), us.end());
-        auto at = [&](double q) { return us[static_cast<size_t>(q * (us.size() - 1) + 0.5)]; };
-        timings.push_back({at(0.5), at(0.1), at(0.9)});
-    }
-    return timings;
-}
-
-Timing timeRuns(cudaStream_t stream, int warmup, int reps, const std::function<void(int)>& run) {
-    return timeInterleaved(stream, warmup, reps, 1, [&](int i, size_t) { run(i); })[0];
-}
-
-void fillRandom(void* ptr, size_t count, uint64_t seed, float scale, cudaStream_t stream) {
-    AFD_CUDA_CHECK(launchFillRandomBf16(static_cast<uint16_t*>(ptr), static_cast<int64_t>(count), seed, scale, stream));
-}
-
-// Copy bandwidth in TB/s (bytes read + written) of a 2 GiB device-to-device copy.
-double measureCopyBandwidth(cudaStream_t stream) {
-    const size_t bytes = size_t{2} << 30;
-    DeviceMemory src(bytes);
-    DeviceMemory dst(bytes);
-    fillRandom(src.get(), bytes / 2, 99, 1.0f, stream);
-    const Timing t = timeRuns(stream, 3, 20, [&](int) {
-        AFD_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, stream));
-    });
-    return 2.0 * static_cast<double>(bytes) / (t.median_us * 1e-6) / 1e12;
-}
-
-// cuBLAS BF16 GEMM rate (TFLOP/s) at 8192^3 on random data, fp32 accumulation.
-double measureGemmRate(cudaStream_t stream) {
-    constexpr int n = 8192;
-    const size_t count = static_cast<size_t>(n) * n;
-    DeviceMemory a(count * 2);
-    DeviceMemory b(count * 2);
-    DeviceMemory c(count * 2);
-    fillRandom(a.get(), count, 5, 1.0f, stream);
-    fillRandom(b.get(), count, 6, 1.0f, stream);
-    CublasHandle handle;
-    AFD_CUBLAS_CHECK(cublasSetStream(handle.get(), stream));
-    const float alpha = 1.0f;
-    const float beta = 0.0f;
-    const Timing t = timeRuns(stream, 3, 10, [&](int) {
-        AFD_CUBLAS_CHECK(cublasGemmEx(handle.get(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), CUDA_R_16BF, n,
-                                      b.get(), CUDA_R_16BF, n, &beta, c.get(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-                                      CUBLAS_GEMM_DEFAULT));
-    });
-    return 2.0 * n * static_cast<double>(n) * n / (t.median_us * 1e-6) / 1e12;
-}
 
 struct HostRouting {
     std::vector<int32_t> ids;

@@ -555,7 +555,11 @@ void moeForwardCuda(const MoeParams& params, void* workspace, size_t workspace_b
     moeCombineCuda(params, workspace, workspace_bytes, stream, options);
 }
 
-void routerForwardCuda(const RouterParams& params, void* stream) {
+size_t routerCudaWorkspaceBytes(int64_t num_tokens, int64_t hidden, int64_t num_experts) {
+    return cuda::routerWorkspaceBytes(num_tokens, hidden, num_experts);
+}
+
+void routerForwardCuda(const RouterParams& params, void* workspace, size_t workspace_bytes, void* stream) {
     AFD_CHECK(params.act_dtype == ActDType::kBf16, "routerForwardCuda: act_dtype must be kBf16");
     AFD_CHECK(params.num_tokens >= 0, "routerForwardCuda: num_tokens {} < 0", params.num_tokens);
     if (params.num_tokens == 0) {
@@ -569,10 +573,16 @@ void routerForwardCuda(const RouterParams& params, void* stream) {
               "routerForwardCuda: num_experts {} must be a multiple of 32 and at most 256", params.num_experts);
     AFD_CHECK(params.top_k >= 1 && params.top_k <= 32 && params.top_k <= params.num_experts,
               "routerForwardCuda: top_k {} outside [1, min(32, num_experts)]", params.top_k);
+    const size_t needed = cuda::routerWorkspaceBytes(params.num_tokens, params.hidden, params.num_experts);
+    AFD_CHECK(workspace != nullptr && workspace_bytes >= needed,
+              "routerForwardCuda: workspace of {} bytes is too small: T {} needs {} (routerCudaWorkspaceBytes)",
+              workspace_bytes, params.num_tokens, needed);
+    AFD_CHECK(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "routerForwardCuda: workspace must be 16-byte aligned");
     AFD_CUDA_CHECK(cuda::launchRouter(
         reinterpret_cast<const uint16_t*>(params.x), reinterpret_cast<const uint16_t*>(params.gate_w), params.logits,
-        params.topk_ids, params.topk_weights, static_cast<int>(params.num_tokens), static_cast<int>(params.hidden),
-        static_cast<int>(params.num_experts), static_cast<int>(params.top_k), params.norm_topk_prob, asStream(stream)));
+        params.topk_ids, params.topk_weights, static_cast<float*>(workspace), static_cast<int>(params.num_tokens),
+        static_cast<int>(params.hidden), static_cast<int>(params.num_experts), static_cast<int>(params.top_k),
+        params.norm_topk_prob, asStream(stream)));
 }
 
 }  // namespace afd::kernels

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace afd::kernels::cuda {
@@ -47,12 +48,14 @@ cudaError_t launchMoeGatherBySlot(const uint16_t* x, const int32_t* slot_token, 
 cudaError_t launchMoeCombine(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, uint16_t* out,
                              int num_tokens, int top_k, int hidden, cudaStream_t stream, bool programmatic);
 
-// Router: logits = x . gate_w^T (bf16 tensor cores, fp32 accumulation), softmax, top-k, optional renormalisation.
-// x [T, H] bf16, gate_w [E, H] bf16, logits [T, E] fp32 (may be null), topk_ids/topk_weights [T, K].
+// Router (router.cu): logits = x . gate_w^T (bf16 tensor cores, fp32 accumulation, the reduction split over CTAs
+// into partial sums in `workspace`), softmax, top-k, optional renormalisation. x [T, H] bf16, gate_w [E, H] bf16,
+// logits [T, E] fp32 (may be null), topk_ids/topk_weights [T, K], workspace routerWorkspaceBytes(T, H, E) bytes.
 // hidden % 16 == 0, num_experts % 32 == 0, num_experts <= 256, top_k <= min(32, num_experts).
+size_t routerWorkspaceBytes(int64_t num_tokens, int64_t hidden, int64_t num_experts);
 cudaError_t launchRouter(const uint16_t* x, const uint16_t* gate_w, float* logits, int32_t* topk_ids,
-                         float* topk_weights, int num_tokens, int hidden, int num_experts, int top_k, bool renormalize,
-                         cudaStream_t stream);
+                         float* topk_weights, float* workspace, int num_tokens, int hidden, int num_experts, int top_k,
+                         bool renormalize, cudaStream_t stream);
 
 // Fills n bf16 values with uniform random numbers in [-scale, scale) from (seed, index) (benchmarks, tests).
 cudaError_t launchFillRandomBf16(uint16_t* data, int64_t n, uint64_t seed, float scale, cudaStream_t stream);

@@ -1,32 +1,176 @@
-// MoE router: logits = x . gate_w^T with bf16 tensor-core MMA (m16n8k16, fp32 accumulation), then per token an
-// fp32 softmax, top-k by probability (ties: lower expert id) and optional renormalisation of the k weights.
-// One CTA of 4 warps per 16 tokens: warp w computes experts [w * E/4, (w + 1) * E/4) of the 16 tokens into
-// shared memory, then takes 4 of the tokens through softmax and top-k (one lane per 32 experts' stripe).
+// MoE router in two kernels on one stream:
+//   logits   partial[s, t, e] = x[t, k-range s] . gate_w[e, k-range s]^T: bf16 tensor-core MMA (m16n8k16, fp32
+//            accumulation) over a CTA tile of 128 tokens x 128 experts, the reduction split into S ranges of whole
+//            64-element chunks (routerSplit), each streamed through a 3-stage cp.async pipeline in shared memory;
+//   top-k    logits = the sum of each token's S partials (a CTA per token up to 256 tokens, a warp per token beyond),
+//            fp32 softmax, top-k by probability (ties: lower expert id), optional renormalisation of the k weights.
+// The split spreads the gate weights (E x H x 2 bytes, 512 KB for Qwen3-30B-A3B) over S CTAs when there are few
+// token tiles: at T = 1 32 CTAs each read one 16 KB chunk, where one CTA reading all of it waited on 128 dependent
+// round trips (about 200 us).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 
+#include "kernels/cuda/kernel_launch.h"
 #include "kernels/cuda/moe_stages.h"
+#include "kernels/cuda/sm90_ptx.cuh"
 
 namespace afd::kernels::cuda {
 namespace {
 
-constexpr int kTokens = 16;
-constexpr int kWarps = 4;
+constexpr int kTileTokens = 128;
+constexpr int kTileExperts = 128;
+constexpr int kChunk = 64;                 // reduction elements per pipeline stage
+constexpr int kRowElems = kChunk + 8;      // shared-memory row pitch (144 bytes: ldmatrix rows hit distinct banks)
+constexpr int kStages = 3;
+constexpr int kLogitsThreads = 256;        // 8 warps: 4 token quarters of 32 x 2 expert halves of 64
+constexpr int kTopkThreads = 256;          // top-k CTA: 8 tokens (a warp each) or one token
+constexpr int kWarpTopkSplits = 4;         // partial sums the warp-per-token top-k loads at once
 constexpr int kMaxExperts = 256;
-constexpr int kMaxBlocksPerWarp = kMaxExperts / (8 * kWarps);  // n-blocks of 8 experts per warp
-constexpr int kMaxStripes = kMaxExperts / 32;                  // experts per lane in the top-k
+constexpr int kMaxStripes = kMaxExperts / 32;  // experts per lane in the top-k
+// Splits: as many as keep the logits kernel within a target grid. Up to kCtaTopkTokens tokens the target is about two
+// CTAs per SM of an H200, at most kMaxSplits, and each token's top-k takes a CTA (its threads share the many partial
+// sums); beyond, about one CTA per SM, at most kMaxSplits / 2, and a warp per token (more splits made the warps' sums
+// the longer part: T = 1024 took 24 us with 32 splits, 18 with 16; docs/performance.md, "Router").
+constexpr int kMaxSplits = 32;
+constexpr int kCtaTopkTokens = 256;
+constexpr int64_t kSmallTargetCtas = 264;
+constexpr int64_t kLargeTargetCtas = 132;
+constexpr int kStageElems = (kTileTokens + kTileExperts) * kRowElems;
+constexpr size_t kLogitsSmem = static_cast<size_t>(kStages) * kStageElems * 2;
 constexpr unsigned kFullMask = 0xffffffffu;
 
-__device__ __forceinline__ uint32_t load2(const uint16_t* p) { return __ldg(reinterpret_cast<const uint32_t*>(p)); }
-
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrixX4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int kPending>
+__device__ __forceinline__ void cpAsyncWait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// Chunk c of the CTA's tile into stage `stage`: rows [0, 128) tokens t0 + r of x, rows [128, 256) experts
+// e0 + r - 128 of gate_w, 8 pieces of 16 bytes per row; rows past T or E and columns past H are zero-filled.
+__device__ __forceinline__ void loadChunk(uint16_t* stage, const uint16_t* x, const uint16_t* gate_w, int t0, int e0,
+                                          int c, int num_tokens, int hidden, int num_experts) {
+    for (int i = threadIdx.x; i < (kTileTokens + kTileExperts) * 8; i += kLogitsThreads) {
+        const int row = i >> 3;
+        const int k = c * kChunk + (i & 7) * 8;
+        const uint16_t* src = x;
+        bool valid = false;
+        if (row < kTileTokens) {
+            valid = t0 + row < num_tokens && k < hidden;
+            src = valid ? x + static_cast<int64_t>(t0 + row) * hidden + k : x;
+        } else {
+            const int e = e0 + row - kTileTokens;
+            valid = e < num_experts && k < hidden;
+            src = valid ? gate_w + static_cast<int64_t>(e) * hidden + k : gate_w;
+        }
+        sm90::cpAsync16(sm90::smemAddr(stage + row * kRowElems + (i & 7) * 8), src, valid);
+    }
+}
+
+// Grid (token tiles, splits, expert tiles). Split s reduces chunks [s * chunks_per_split, ...) of the hidden size
+// and writes its partial logits to partial[s, t, e] ([S, T, E] fp32).
+__global__ void __launch_bounds__(kLogitsThreads)
+    routerLogitsKernel(const uint16_t* x, const uint16_t* gate_w, float* partial, int num_tokens, int hidden,
+                       int num_experts, int chunks, int chunks_per_split) {
+    extern __shared__ __align__(16) uint16_t smem[];  // [kStages][128 + 128 rows][kRowElems]
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int wm = warp & 3;   // tokens [32 wm, 32 wm + 32) of the tile: two 16-row MMA tiles
+    const int wn = warp >> 2;  // experts [64 wn, 64 wn + 64) of the tile
+    const int t0 = blockIdx.x * kTileTokens;
+    const int split = blockIdx.y;
+    const int e0 = blockIdx.z * kTileExperts;
+    const int c_begin = split * chunks_per_split;
+    const int n = min(chunks_per_split, chunks - c_begin);
+    sm90::gridDependencyWait();  // x is the previous kernel's output
+    sm90::launchDependents();
+
+    for (int c = 0; c < kStages - 1; ++c) {
+        if (c < n) {
+            loadChunk(smem + c * kStageElems, x, gate_w, t0, e0, c_begin + c, num_tokens, hidden, num_experts);
+        }
+        cpAsyncCommit();  // empty groups keep the count of groups in flight uniform
+    }
+    float acc[2][8][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.0f;
+        }
+    }
+    for (int c = 0; c < n; ++c) {
+        cpAsyncWait<kStages - 2>();  // chunk c has landed (this thread's copies) ...
+        __syncthreads();             // ... everyone's; and chunk c - 1's stage has been read by every warp
+        if (c + kStages - 1 < n) {
+            loadChunk(smem + ((c + kStages - 1) % kStages) * kStageElems, x, gate_w, t0, e0, c_begin + c + kStages - 1,
+                      num_tokens, hidden, num_experts);
+        }
+        cpAsyncCommit();
+        const uint16_t* stage = smem + (c % kStages) * kStageElems;
+        // A (16 tokens x 16): lanes 0-15 rows at k, lanes 16-31 the same rows at k + 8. B (16 x 8 experts, stored
+        // [expert][k]): lanes 8m .. 8m + 7 address matrix m: experts +8 for m >= 2, k + 8 for odd m.
+        const uint32_t a_addr = sm90::smemAddr(stage + (32 * wm + (lane & 15)) * kRowElems + (lane >> 4) * 8);
+        const uint32_t b_addr = sm90::smemAddr(
+            stage + (kTileTokens + 64 * wn + (lane & 7) + ((lane >> 4) << 3)) * kRowElems + ((lane >> 3) & 1) * 8);
+#pragma unroll
+        for (int kk = 0; kk < kChunk / 16; ++kk) {
+            uint32_t a[2][4];
+            ldmatrixX4(a[0], a_addr + kk * 32);
+            ldmatrixX4(a[1], a_addr + 16 * kRowElems * 2 + kk * 32);
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+                uint32_t b[4];
+                ldmatrixX4(b, b_addr + p * 16 * kRowElems * 2 + kk * 32);
+#pragma unroll
+                for (int m = 0; m < 2; ++m) {
+                    mma16816(acc[m][2 * p], a[m], b[0], b[1]);
+                    mma16816(acc[m][2 * p + 1], a[m], b[2], b[3]);
+                }
+            }
+        }
+    }
+
+    // Thread: tokens 32 wm + 16 m + lane / 4 (+ 8), experts 64 wn + 8 j + 2 (lane % 4) (+ 1).
+    const int g = lane >> 2;
+    const int t4 = lane & 3;
+    float* out = partial + static_cast<int64_t>(split) * num_tokens * num_experts;
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int e = e0 + 64 * wn + 8 * j + 2 * t4;
+            const int ta = t0 + 32 * wm + 16 * m + g;
+            if (e >= num_experts) {
+                continue;  // num_experts % 32 == 0: e + 1 is valid with e
+            }
+            if (ta < num_tokens) {
+                *reinterpret_cast<float2*>(out + static_cast<int64_t>(ta) * num_experts + e) =
+                    make_float2(acc[m][j][0], acc[m][j][1]);
+            }
+            if (ta + 8 < num_tokens) {
+                *reinterpret_cast<float2*>(out + static_cast<int64_t>(ta + 8) * num_experts + e) =
+                    make_float2(acc[m][j][2], acc[m][j][3]);
+            }
+        }
+    }
 }
 
 // Warp argmax of (value, index): larger value wins, equal values go to the lower index.
@@ -42,140 +186,232 @@ __device__ __forceinline__ void warpArgMax(float& value, int& index) {
     }
 }
 
-__global__ void __launch_bounds__(kWarps * 32)
-    routerKernel(const uint16_t* x, const uint16_t* gate_w, float* logits, int32_t* topk_ids, float* topk_weights,
-                 int num_tokens, int hidden, int num_experts, int top_k, bool renormalize) {
-    extern __shared__ float s_logits[];  // [kTokens][num_experts]
-    const int warp = threadIdx.x >> 5;
-    const int lane = threadIdx.x & 31;
-    const int g = lane >> 2;
-    const int t4 = lane & 3;
-    const int t0 = blockIdx.x * kTokens;
-    const int blocks = num_experts / (8 * kWarps);
-    const int expert_base = warp * (num_experts / kWarps);
-
-    // ---- logits: rows t0 + g and t0 + g + 8, experts expert_base + 8j + (0..7)
-    const bool valid_a = t0 + g < num_tokens;
-    const bool valid_b = t0 + g + 8 < num_tokens;
-    const uint16_t* xa = x + static_cast<int64_t>(valid_a ? t0 + g : 0) * hidden + 2 * t4;
-    const uint16_t* xb = x + static_cast<int64_t>(valid_b ? t0 + g + 8 : 0) * hidden + 2 * t4;
-    float acc[kMaxBlocksPerWarp][4];
+// Softmax and top-k of token t on one warp: p[q] holds the logit of expert lane + 32 q (-inf past the experts).
+__device__ __forceinline__ void softmaxTopk(float (&p)[kMaxStripes], float max_logit, int lane, int t, int stripes,
+                                            int32_t* topk_ids, float* topk_weights, int top_k, bool renormalize) {
 #pragma unroll
-    for (int j = 0; j < kMaxBlocksPerWarp; ++j) {
-        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        max_logit = fmaxf(max_logit, __shfl_xor_sync(kFullMask, max_logit, offset));
     }
-    for (int k0 = 0; k0 < hidden; k0 += 16) {
-        const uint32_t a0 = valid_a ? load2(xa + k0) : 0u;
-        const uint32_t a1 = valid_b ? load2(xb + k0) : 0u;
-        const uint32_t a2 = valid_a ? load2(xa + k0 + 8) : 0u;
-        const uint32_t a3 = valid_b ? load2(xb + k0 + 8) : 0u;
+    float sum = 0.0f;
 #pragma unroll
-        for (int j = 0; j < kMaxBlocksPerWarp; ++j) {
-            if (j < blocks) {
-                const uint16_t* w = gate_w + static_cast<int64_t>(expert_base + 8 * j + g) * hidden + k0 + 2 * t4;
-                mma16816(acc[j], a0, a1, a2, a3, load2(w), load2(w + 8));
-            }
+    for (int q = 0; q < kMaxStripes; ++q) {
+        if (q < stripes) {
+            p[q] = expf(p[q] - max_logit);
+            sum += p[q];
         }
     }
 #pragma unroll
-    for (int j = 0; j < kMaxBlocksPerWarp; ++j) {
-        if (j < blocks) {
-            const int e = expert_base + 8 * j + 2 * t4;
-            s_logits[g * num_experts + e] = acc[j][0];
-            s_logits[g * num_experts + e + 1] = acc[j][1];
-            s_logits[(g + 8) * num_experts + e] = acc[j][2];
-            s_logits[(g + 8) * num_experts + e + 1] = acc[j][3];
-        }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        sum += __shfl_xor_sync(kFullMask, sum, offset);
     }
-    __syncthreads();
-
-    // ---- softmax and top-k: warp w takes tokens 4w .. 4w + 3 of the tile; lane holds experts lane + 32q.
-    const int stripes = num_experts / 32;
-    for (int r = warp * (kTokens / kWarps); r < (warp + 1) * (kTokens / kWarps); ++r) {
-        const int t = t0 + r;
-        if (t >= num_tokens) {
-            break;
-        }
-        float p[kMaxStripes];
-        float max_logit = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < kMaxStripes; ++q) {
+        p[q] = q < stripes ? p[q] / sum : -1.0f;  // -1 marks "not a candidate" (probabilities are >= 0)
+    }
+    float my_weight = 0.0f;
+    int my_id = 0;
+    float selected_sum = 0.0f;
+    for (int k = 0; k < top_k; ++k) {
+        float best = -1.0f;
+        int best_id = 0x7fffffff;
 #pragma unroll
         for (int q = 0; q < kMaxStripes; ++q) {
-            p[q] = -INFINITY;
-            if (q < stripes) {
-                p[q] = s_logits[r * num_experts + lane + 32 * q];
-                if (logits != nullptr) {
-                    logits[static_cast<int64_t>(t) * num_experts + lane + 32 * q] = p[q];
-                }
-                max_logit = fmaxf(max_logit, p[q]);
+            if (p[q] > best) {  // stripes are visited in increasing id: a strict > keeps the lower id on ties
+                best = p[q];
+                best_id = lane + 32 * q;
             }
         }
-#pragma unroll
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            max_logit = fmaxf(max_logit, __shfl_xor_sync(kFullMask, max_logit, offset));
-        }
-        float sum = 0.0f;
+        warpArgMax(best, best_id);
 #pragma unroll
         for (int q = 0; q < kMaxStripes; ++q) {
-            if (q < stripes) {
-                p[q] = expf(p[q] - max_logit);
-                sum += p[q];
+            if (lane + 32 * q == best_id) {
+                p[q] = -1.0f;
             }
         }
-#pragma unroll
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            sum += __shfl_xor_sync(kFullMask, sum, offset);
+        if (lane == k) {
+            my_weight = best;
+            my_id = best_id;
         }
-#pragma unroll
-        for (int q = 0; q < kMaxStripes; ++q) {
-            p[q] = q < stripes ? p[q] / sum : -1.0f;  // -1 marks "not a candidate" (probabilities are >= 0)
-        }
-        float my_weight = 0.0f;
-        int my_id = 0;
-        float selected_sum = 0.0f;
-        for (int k = 0; k < top_k; ++k) {
-            float best = -1.0f;
-            int best_id = 0x7fffffff;
-#pragma unroll
-            for (int q = 0; q < kMaxStripes; ++q) {
-                if (p[q] > best) {  // stripes are visited in increasing id: a strict > keeps the lower id on ties
-                    best = p[q];
-                    best_id = lane + 32 * q;
-                }
-            }
-            warpArgMax(best, best_id);
-#pragma unroll
-            for (int q = 0; q < kMaxStripes; ++q) {
-                if (lane + 32 * q == best_id) {
-                    p[q] = -1.0f;
-                }
-            }
-            if (lane == k) {
-                my_weight = best;
-                my_id = best_id;
-            }
-            selected_sum += best;
-        }
-        if (lane < top_k) {
-            topk_ids[static_cast<int64_t>(t) * top_k + lane] = my_id;
-            topk_weights[static_cast<int64_t>(t) * top_k + lane] = renormalize ? my_weight / selected_sum : my_weight;
-        }
+        selected_sum += best;
+    }
+    if (lane < top_k) {
+        topk_ids[static_cast<int64_t>(t) * top_k + lane] = my_id;
+        topk_weights[static_cast<int64_t>(t) * top_k + lane] = renormalize ? my_weight / selected_sum : my_weight;
     }
 }
 
+// Many tokens: one warp per token, each lane summing the partials of its experts.
+__global__ void __launch_bounds__(kTopkThreads)
+    routerTopkWarpKernel(const float* partial, int splits, float* logits, int32_t* topk_ids, float* topk_weights,
+                         int num_tokens, int num_experts, int top_k, bool renormalize) {
+    sm90::gridDependencyWait();  // the logits kernel's partials
+    sm90::launchDependents();
+    const int t = blockIdx.x * (kTopkThreads / 32) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (t >= num_tokens) {
+        return;
+    }
+    const int stripes = num_experts / 32;
+    const int64_t split_stride = static_cast<int64_t>(num_tokens) * num_experts;
+    float p[kMaxStripes];
+    float max_logit = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < kMaxStripes; ++q) {
+        p[q] = -INFINITY;
+        if (q < stripes) {
+            const float* src = partial + static_cast<int64_t>(t) * num_experts + lane + 32 * q;
+            float v = 0.0f;
+            for (int s0 = 0; s0 < splits; s0 += kWarpTopkSplits) {
+#pragma unroll
+                for (int i = 0; i < kWarpTopkSplits; ++i) {
+                    v += s0 + i < splits ? src[(s0 + i) * split_stride] : 0.0f;
+                }
+            }
+            p[q] = v;
+            if (logits != nullptr) {
+                logits[static_cast<int64_t>(t) * num_experts + lane + 32 * q] = v;
+            }
+            max_logit = fmaxf(max_logit, v);
+        }
+    }
+    softmaxTopk(p, max_logit, lane, t, stripes, topk_ids, topk_weights, top_k, renormalize);
+}
+
+// Few tokens: one CTA per token. Each thread of the first shares * E sums the partials of one expert over a share of
+// the splits (shares = kTopkThreads / E threads per expert, each taking every shares-th split, eight loads in
+// flight), the shares meet in shared memory, then warp 0 takes the token through softmax and top-k (lane holds
+// experts lane + 32 q).
+__global__ void __launch_bounds__(kTopkThreads)
+    routerTopkCtaKernel(const float* partial, int splits, float* logits, int32_t* topk_ids, float* topk_weights,
+                     int num_tokens, int num_experts, int top_k, bool renormalize) {
+    __shared__ float s_sum[kTopkThreads];
+    sm90::gridDependencyWait();  // the logits kernel's partials
+    sm90::launchDependents();
+    const int t = blockIdx.x;
+    const int tid = threadIdx.x;
+    const int shares = kTopkThreads / num_experts;  // >= 1: num_experts <= 256; threads past shares * E idle
+    const int e = tid % num_experts;
+    const int share = tid / num_experts;
+    const int64_t split_stride = static_cast<int64_t>(num_tokens) * num_experts;
+    const float* src = partial + static_cast<int64_t>(t) * num_experts + e;
+    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (int s0 = share; share < shares && s0 < splits; s0 += 8 * shares) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int s = s0 + i * shares;
+            if (s < splits) {
+                v[i] += src[s * split_stride];
+            }
+        }
+    }
+    s_sum[tid] = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+    __syncthreads();
+    if (tid >= 32) {
+        return;
+    }
+    const int lane = tid;
+    const int stripes = num_experts / 32;
+    float p[kMaxStripes];
+    float max_logit = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < kMaxStripes; ++q) {
+        p[q] = -INFINITY;
+        if (q < stripes) {
+            float sum = 0.0f;
+            for (int r = 0; r < shares; ++r) {
+                sum += s_sum[r * num_experts + lane + 32 * q];
+            }
+            p[q] = sum;
+            if (logits != nullptr) {
+                logits[static_cast<int64_t>(t) * num_experts + lane + 32 * q] = sum;
+            }
+            max_logit = fmaxf(max_logit, sum);
+        }
+    }
+    softmaxTopk(p, max_logit, lane, t, stripes, topk_ids, topk_weights, top_k, renormalize);
+}
+
+struct Split {
+    int chunks;            // 64-element chunks of the hidden size
+    int chunks_per_split;
+    int splits;            // S: every split has at least one chunk
+    bool cta_topk;         // routerTopkCtaKernel (few tokens, many splits), else routerTopkWarpKernel
+};
+
+Split routerSplit(int64_t num_tokens, int64_t hidden, int64_t num_experts) {
+    Split s;
+    s.chunks = static_cast<int>((hidden + kChunk - 1) / kChunk);
+    const int64_t tiles =
+        ((num_tokens + kTileTokens - 1) / kTileTokens) * ((num_experts + kTileExperts - 1) / kTileExperts);
+    s.cta_topk = num_tokens <= kCtaTopkTokens;
+    const int64_t target = s.cta_topk ? kSmallTargetCtas : kLargeTargetCtas;
+    int splits = 1;
+    const int max_splits = s.cta_topk ? kMaxSplits : kMaxSplits / 2;
+    while (splits * 2 <= max_splits && splits * 2 <= s.chunks && tiles * splits * 2 <= target) {
+        splits *= 2;
+    }
+    s.chunks_per_split = (s.chunks + splits - 1) / splits;
+    s.splits = (s.chunks + s.chunks_per_split - 1) / s.chunks_per_split;
+    return s;
+}
+
+std::atomic<uint64_t> logits_configured{0};
+
 }  // namespace
 
+// The partials of every T' <= num_tokens fit (S T' is not monotonic: fewer tokens may take more splits). S changes only
+// where the count of token tiles does, so the largest S T' is at the end of a tile or at num_tokens.
+size_t routerWorkspaceBytes(int64_t num_tokens, int64_t hidden, int64_t num_experts) {
+    const int64_t tokens = std::max<int64_t>(num_tokens, 1);
+    int64_t most = 0;
+    for (int64_t t = std::min<int64_t>(tokens, kTileTokens);; t = std::min<int64_t>(tokens, t + kTileTokens)) {
+        most = std::max<int64_t>(most, routerSplit(t, hidden, num_experts).splits * t);
+        if (t == tokens) {
+            break;
+        }
+    }
+    return static_cast<size_t>(most) * static_cast<size_t>(num_experts) * 4;
+}
+
 cudaError_t launchRouter(const uint16_t* x, const uint16_t* gate_w, float* logits, int32_t* topk_ids,
-                         float* topk_weights, int num_tokens, int hidden, int num_experts, int top_k, bool renormalize,
-                         cudaStream_t stream) {
+                         float* topk_weights, float* workspace, int num_tokens, int hidden, int num_experts, int top_k,
+                         bool renormalize, cudaStream_t stream) {
     if (num_tokens < 1 || hidden % 16 != 0 || num_experts % 32 != 0 || num_experts > kMaxExperts || top_k < 1 ||
         top_k > 32 || top_k > num_experts) {
         return cudaErrorInvalidValue;
     }
-    const unsigned blocks = static_cast<unsigned>((num_tokens + kTokens - 1) / kTokens);
-    const size_t smem = static_cast<size_t>(kTokens) * num_experts * sizeof(float);
-    routerKernel<<<blocks, kWarps * 32, smem, stream>>>(x, gate_w, logits, topk_ids, topk_weights, num_tokens, hidden,
-                                                        num_experts, top_k, renormalize);
-    return cudaGetLastError();
+    cudaError_t err = configureOncePerDevice(logits_configured, [] {
+        return cudaFuncSetAttribute(routerLogitsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(kLogitsSmem));
+    });
+    if (err != cudaSuccess) {
+        return err;
+    }
+    const Split s = routerSplit(num_tokens, hidden, num_experts);
+    cudaLaunchAttribute attr[1];
+    cudaLaunchConfig_t config = pdlLaunchConfig(1, kLogitsThreads, stream, true, attr);
+    config.gridDim = dim3(static_cast<unsigned>((num_tokens + kTileTokens - 1) / kTileTokens),
+                          static_cast<unsigned>(s.splits),
+                          static_cast<unsigned>((num_experts + kTileExperts - 1) / kTileExperts));
+    config.dynamicSmemBytes = kLogitsSmem;
+    err = cudaLaunchKernelEx(&config, routerLogitsKernel, x, gate_w, workspace, num_tokens, hidden, num_experts,
+                             s.chunks, s.chunks_per_split);
+    if (err != cudaSuccess) {
+        return err;
+    }
+    const float* partial = workspace;
+    if (!s.cta_topk) {
+        const cudaLaunchConfig_t topk_config =
+            pdlLaunchConfig(static_cast<unsigned>((num_tokens + kTopkThreads / 32 - 1) / (kTopkThreads / 32)),
+                            kTopkThreads, stream, true, attr);
+        return cudaLaunchKernelEx(&topk_config, routerTopkWarpKernel, partial, s.splits, logits, topk_ids,
+                                  topk_weights, num_tokens, num_experts, top_k, renormalize);
+    }
+    const cudaLaunchConfig_t topk_config =
+        pdlLaunchConfig(static_cast<unsigned>(num_tokens), kTopkThreads, stream, true, attr);
+    return cudaLaunchKernelEx(&topk_config, routerTopkCtaKernel, partial, s.splits, logits, topk_ids, topk_weights,
+                              num_tokens, num_experts, top_k, renormalize);
 }
 
 }  // namespace afd::kernels::cuda

@@ -1,0 +1,80 @@
+// What the device benchmarks (`afd bench moe`, `afd bench router`) share: RAII for the runtime objects they hold,
+// event timing of graph replays, and the two rates every floor is stated against, measured in the same run.
+// Host-only header (CUDA runtime types); throws core::Error on CUDA failures.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "kernels/cuda/device_memory.h"
+
+namespace afd::kernels::cuda {
+
+// Device memory and streams come from device_memory.h; a benchmark buffer is never empty (cudaMalloc(0) gives a
+// null pointer the kernels would be handed).
+class DeviceMemory : public DeviceBuffer {
+public:
+    explicit DeviceMemory(size_t bytes) : DeviceBuffer(std::max<size_t>(bytes, 256)), requested_(bytes) {}
+    size_t bytes() const { return requested_; }
+
+private:
+    size_t requested_ = 0;
+};
+
+// A CUDA graph of what `body` enqueues on `stream` (relaxed capture mode: other threads may use the runtime
+// meanwhile), instantiated once.
+class Graph {
+public:
+    Graph(cudaStream_t stream, const std::function<void()>& body);
+    ~Graph();
+    Graph(const Graph&) = delete;
+    Graph& operator=(const Graph&) = delete;
+    void launch(cudaStream_t stream) const;
+
+private:
+    cudaGraphExec_t exec_ = nullptr;
+};
+
+class Events {
+public:
+    explicit Events(size_t count);
+    ~Events();
+    Events(const Events&) = delete;
+    Events& operator=(const Events&) = delete;
+    cudaEvent_t operator[](size_t i) const { return events_[i]; }
+
+private:
+    std::vector<cudaEvent_t> events_;
+};
+
+struct Timing {
+    double median_us = 0;
+    double p10_us = 0;
+    double p90_us = 0;
+};
+
+// Times `configs` alternatives together: warmup rounds, then `reps` rounds in which run(i, c) runs once for each
+// c in turn, each run between its own pair of events; one Timing (median, 10th and 90th percentile) per c.
+// Interleaved so that every alternative sees the same clocks: timed one after the other, at T >= 4096 the second of
+// two configs measured 10-15 % slower than the first, whichever it was (docs/cuda-moe-notes.md, v10).
+std::vector<Timing> timeInterleaved(cudaStream_t stream, int warmup, int reps, size_t configs,
+                                    const std::function<void(int, size_t)>& run);
+
+// timeInterleaved for one alternative: `reps` runs of run(i), each between a pair of events.
+Timing timeRuns(cudaStream_t stream, int warmup, int reps, const std::function<void(int)>& run);
+
+// count bf16 values uniform in [-scale, scale) from `seed`.
+void fillRandom(void* ptr, size_t count, uint64_t seed, float scale, cudaStream_t stream);
+
+// Copy bandwidth in TB/s (bytes read + written) of a 2 GiB device-to-device copy.
+double measureCopyBandwidth(cudaStream_t stream);
+
+// cuBLAS BF16 GEMM rate (TFLOP/s) at 8192^3 on random data, fp32 accumulation.
+double measureGemmRate(cudaStream_t stream);
+
+}  // namespace afd::kernels::cuda
