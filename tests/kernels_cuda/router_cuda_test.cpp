@@ -110,35 +110,32 @@ TEST(RouterCudaTest, MatchesCpuReference) {
     }
 }
 
-TEST(RouterCudaTest, RejectsExpertCountNotMultipleOf32) {
+// Two tokens on pointers that are never dereferenced: the error paths are checked before any launch.
+RouterParams paramsForErrorPaths(int64_t experts) {
+    static int dummy[16];
     RouterParams p;
     p.num_tokens = 2;
     p.hidden = 64;
-    p.num_experts = 40;
+    p.num_experts = experts;
     p.top_k = 2;
     p.act_dtype = ActDType::kBf16;
-    static int dummy[16];
     p.x = dummy;
     p.gate_w = reinterpret_cast<const core::Bf16*>(dummy);
     p.topk_ids = dummy;
     p.topk_weights = reinterpret_cast<float*>(dummy);
-    EXPECT_THROW(routerForwardCuda(p, dummy, sizeof(dummy), nullptr), core::Error);
+    return p;
+}
+
+TEST(RouterCudaTest, RejectsExpertCountNotMultipleOf32) {
+    static int workspace[16];
+    EXPECT_THROW(routerForwardCuda(paramsForErrorPaths(40), workspace, sizeof(workspace), nullptr), core::Error);
 }
 
 TEST(RouterCudaTest, RejectsTooSmallWorkspace) {
-    RouterParams p;
-    p.num_tokens = 2;
-    p.hidden = 64;
-    p.num_experts = 32;
-    p.top_k = 2;
-    p.act_dtype = ActDType::kBf16;
-    static int dummy[16];
-    p.x = dummy;
-    p.gate_w = reinterpret_cast<const core::Bf16*>(dummy);
-    p.topk_ids = dummy;
-    p.topk_weights = reinterpret_cast<float*>(dummy);
-    ASSERT_GT(routerCudaWorkspaceBytes(2, 64, 32), size_t{16});
-    EXPECT_THROW(routerForwardCuda(p, dummy, 16, nullptr), core::Error);
+    static int workspace[4];
+    const RouterParams p = paramsForErrorPaths(32);
+    ASSERT_GT(routerCudaWorkspaceBytes(2, 64, 32), sizeof(workspace));
+    EXPECT_THROW(routerForwardCuda(p, workspace, sizeof(workspace), nullptr), core::Error);
     EXPECT_THROW(routerForwardCuda(p, nullptr, routerCudaWorkspaceBytes(2, 64, 32), nullptr), core::Error);
 }
 
