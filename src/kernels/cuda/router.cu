@@ -84,31 +84,23 @@ __device__ __forceinline__ void loadChunk(uint16_t* stage, const uint16_t* x, co
     }
 }
 
-// Grid (token tiles, splits, expert tiles). Split s reduces chunks [s * chunks_per_split, ...) of the hidden size
-// and writes its partial logits to partial[s, t, e] ([S, T, E] fp32).
-__global__ void __launch_bounds__(kLogitsThreads)
-    routerLogitsKernel(const uint16_t* x, const uint16_t* gate_w, float* partial, int num_tokens, int hidden,
-                       int num_experts, int chunks, int chunks_per_split) {
-    extern __shared__ __align__(16) uint16_t smem[];  // [kStages][128 + 128 rows][kRowElems]
+// The CTA's partial logits of its tile (tokens t0 + [0, 128), experts e0 + [0, 128)) over chunks [c_begin, c_begin +
+// n) of the hidden size, into acc: thread (warp w, lane l) holds tokens 32 (w % 4) + 16 m + l / 4 (+ 8) and experts
+// 64 (w / 4) + 8 j + 2 (l % 4) (+ 1) in acc[m][j][0, 1] (and [2, 3] for the token 8 rows on). Ends with every copy
+// landed and read, so the caller may reuse the shared memory after a __syncthreads.
+__device__ __forceinline__ void logitsMainloop(uint16_t* smem, const uint16_t* x, const uint16_t* gate_w, int t0,
+                                               int e0, int c_begin, int n, int num_tokens, int hidden,
+                                               int num_experts, float (&acc)[2][8][4]) {
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int wm = warp & 3;   // tokens [32 wm, 32 wm + 32) of the tile: two 16-row MMA tiles
     const int wn = warp >> 2;  // experts [64 wn, 64 wn + 64) of the tile
-    const int t0 = blockIdx.x * kTileTokens;
-    const int split = blockIdx.y;
-    const int e0 = blockIdx.z * kTileExperts;
-    const int c_begin = split * chunks_per_split;
-    const int n = min(chunks_per_split, chunks - c_begin);
-    sm90::gridDependencyWait();  // x is the previous kernel's output
-    sm90::launchDependents();
-
     for (int c = 0; c < kStages - 1; ++c) {
         if (c < n) {
             loadChunk(smem + c * kStageElems, x, gate_w, t0, e0, c_begin + c, num_tokens, hidden, num_experts);
         }
         cpAsyncCommit();  // empty groups keep the count of groups in flight uniform
     }
-    float acc[2][8][4];
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
 #pragma unroll
@@ -147,30 +139,55 @@ __global__ void __launch_bounds__(kLogitsThreads)
             }
         }
     }
+    cpAsyncWait<0>();
+}
 
-    // Thread: tokens 32 wm + 16 m + lane / 4 (+ 8), experts 64 wn + 8 j + 2 (lane % 4) (+ 1).
+// Calls store(token, expert, v0, v1) for the pairs of acc (logitsMainloop's layout) inside the tile's tokens and
+// experts: (token, expert) and (token, expert + 1), tile-relative.
+template <class Store>
+__device__ __forceinline__ void forEachLogitPair(const float (&acc)[2][8][4], int tokens, int experts, Store&& store) {
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
     const int g = lane >> 2;
     const int t4 = lane & 3;
-    float* out = partial + static_cast<int64_t>(split) * num_tokens * num_experts;
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-            const int e = e0 + 64 * wn + 8 * j + 2 * t4;
-            const int ta = t0 + 32 * wm + 16 * m + g;
-            if (e >= num_experts) {
-                continue;  // num_experts % 32 == 0: e + 1 is valid with e
+            const int e = 64 * (warp >> 2) + 8 * j + 2 * t4;
+            const int t = 32 * (warp & 3) + 16 * m + g;
+            if (e >= experts) {
+                continue;  // experts % 32 == 0 (or 128): e + 1 is inside with e
             }
-            if (ta < num_tokens) {
-                *reinterpret_cast<float2*>(out + static_cast<int64_t>(ta) * num_experts + e) =
-                    make_float2(acc[m][j][0], acc[m][j][1]);
+            if (t < tokens) {
+                store(t, e, acc[m][j][0], acc[m][j][1]);
             }
-            if (ta + 8 < num_tokens) {
-                *reinterpret_cast<float2*>(out + static_cast<int64_t>(ta + 8) * num_experts + e) =
-                    make_float2(acc[m][j][2], acc[m][j][3]);
+            if (t + 8 < tokens) {
+                store(t + 8, e, acc[m][j][2], acc[m][j][3]);
             }
         }
     }
+}
+
+// Grid (token tiles, splits, expert tiles). Split s reduces chunks [s * chunks_per_split, ...) of the hidden size
+// and writes its partial logits to partial[s, t, e] ([S, T, E] fp32).
+__global__ void __launch_bounds__(kLogitsThreads)
+    routerLogitsKernel(const uint16_t* x, const uint16_t* gate_w, float* partial, int num_tokens, int hidden,
+                       int num_experts, int chunks, int chunks_per_split) {
+    extern __shared__ __align__(16) uint16_t smem[];  // [kStages][128 + 128 rows][kRowElems]
+    const int t0 = blockIdx.x * kTileTokens;
+    const int split = blockIdx.y;
+    const int e0 = blockIdx.z * kTileExperts;
+    const int c_begin = split * chunks_per_split;
+    sm90::gridDependencyWait();  // x is the previous kernel's output
+    sm90::launchDependents();
+    float acc[2][8][4];
+    logitsMainloop(smem, x, gate_w, t0, e0, c_begin, min(chunks_per_split, chunks - c_begin), num_tokens, hidden,
+                   num_experts, acc);
+    float* out = partial + static_cast<int64_t>(split) * num_tokens * num_experts;
+    forEachLogitPair(acc, num_tokens - t0, num_experts - e0, [&](int t, int e, float v0, float v1) {
+        *reinterpret_cast<float2*>(out + static_cast<int64_t>(t0 + t) * num_experts + e0 + e) = make_float2(v0, v1);
+    });
 }
 
 // Warp argmax of (value, index): larger value wins, equal values go to the lower index.
