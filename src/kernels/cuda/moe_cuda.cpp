@@ -123,24 +123,35 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
     return fn;
 }
 
+// What a tensor map is over: the expert weights stream from DRAM once per layer, each 128-byte row of a box at its own
+// address (rows 4 KB apart in w13); token rows (x_sorted, h) are read again by every weight tile of their expert.
+enum class MapOf { kWeights, kTokens };
+
+// L2 promotion of each TMA request: none for the weights, 256 bytes for the token rows. With a 256-byte promotion each
+// 128-byte weight row request also fetches the row's next 128 bytes (the next stage's), and the layer measured 1-3 %
+// slower at T = 8 ... 1024 and up to 1 % at 4096 (docs/bench-runs/v14-experiments.log, calls 12-13).
+CUtensorMapL2promotion l2Promotion(MapOf of) {
+    return of == MapOf::kWeights ? CU_TENSOR_MAP_L2_PROMOTION_NONE : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+}
+
 CUtensorMap encodeTensorMap(const void* base, uint32_t rank, const cuuint64_t* dims, const cuuint64_t* strides,
-                            const cuuint32_t* box, CUresult* result) {
+                            const cuuint32_t* box, CUresult* result, MapOf of) {
     CUtensorMap map;
     std::memset(&map, 0, sizeof(map));
     const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
     *result = tensorMapEncoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dims, strides,
                                  box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                 l2Promotion(of), CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return map;
 }
 
 // Tensor map over a row-major bf16 matrix [rows, cols]: boxes of 64 columns x box_rows rows, 128-byte swizzle.
-CUtensorMap matrixTensorMap(const void* base, int64_t rows, int64_t cols, uint32_t box_rows) {
+CUtensorMap matrixTensorMap(const void* base, int64_t rows, int64_t cols, uint32_t box_rows, MapOf of) {
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
     const cuuint32_t box[2] = {64, box_rows};
     CUresult result;
-    const CUtensorMap map = encodeTensorMap(base, 2, dims, strides, box, &result);
+    const CUtensorMap map = encodeTensorMap(base, 2, dims, strides, box, &result, of);
     AFD_CHECK(result == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed ({}) for a [{}, {}] bf16 matrix, box rows {}",
               static_cast<int>(result), rows, cols, box_rows);
     return map;
@@ -157,7 +168,7 @@ bool interleavedGateUpMap(const core::Bf16* w13, int64_t experts, int64_t inter,
                                    2 * static_cast<cuuint64_t>(inter) * row};
     const cuuint32_t box[5] = {64, 8, 2, groups, 1};
     CUresult result;
-    *map = encodeTensorMap(w13, 5, dims, strides, box, &result);
+    *map = encodeTensorMap(w13, 5, dims, strides, box, &result, MapOf::kWeights);
     return result == CUDA_SUCCESS;
 }
 
@@ -471,7 +482,7 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
                              ? 1
                              : 0;
     if (args.a_interleaved == 0) {
-        tmap_a = matrixTensorMap(params.w13, params.num_experts * 2 * params.inter, params.hidden, 8);
+        tmap_a = matrixTensorMap(params.w13, params.num_experts * 2 * params.inter, params.hidden, 8, MapOf::kWeights);
     }
     CUtensorMap tmap_b;
     CUtensorMap tmap_b_full;
@@ -493,8 +504,8 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
     }
     if (r.shape.tma_tokens) {
         args.b_src = reinterpret_cast<const uint16_t*>(r.view.x_sorted);
-        tmap_b = matrixTensorMap(r.view.x_sorted, rows, params.hidden, tokenBoxRows(r.shape));
-        tmap_b_full = matrixTensorMap(r.view.x_sorted, rows, params.hidden, fullTokenBoxRows(r.shape));
+        tmap_b = matrixTensorMap(r.view.x_sorted, rows, params.hidden, tokenBoxRows(r.shape), MapOf::kTokens);
+        tmap_b_full = matrixTensorMap(r.view.x_sorted, rows, params.hidden, fullTokenBoxRows(r.shape), MapOf::kTokens);
     }
     AFD_CUDA_CHECK(dispatchGroupedGemm(r.config, true, tmap_a, tmap_b, tmap_b_full, args, asStream(stream),
                                        options.programmatic_launch));
@@ -522,14 +533,14 @@ void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_byte
         args.combine.out = static_cast<uint16_t*>(params.out);
     }
     const CUtensorMap tmap_a = matrixTensorMap(params.w2, params.num_experts * params.hidden, params.inter,
-                                               static_cast<uint32_t>(cuda::downRowsPerItem(r.shape)));
+                                               static_cast<uint32_t>(cuda::downRowsPerItem(r.shape)), MapOf::kWeights);
     CUtensorMap tmap_b;
     CUtensorMap tmap_b_full;
     std::memset(&tmap_b, 0, sizeof(tmap_b));
     std::memset(&tmap_b_full, 0, sizeof(tmap_b_full));
     if (r.shape.tma_tokens) {
-        tmap_b = matrixTensorMap(r.view.h, rows, params.inter, tokenBoxRows(r.shape));
-        tmap_b_full = matrixTensorMap(r.view.h, rows, params.inter, fullTokenBoxRows(r.shape));
+        tmap_b = matrixTensorMap(r.view.h, rows, params.inter, tokenBoxRows(r.shape), MapOf::kTokens);
+        tmap_b_full = matrixTensorMap(r.view.h, rows, params.inter, fullTokenBoxRows(r.shape), MapOf::kTokens);
     }
     AFD_CUDA_CHECK(dispatchGroupedGemm(r.config, false, tmap_a, tmap_b, tmap_b_full, args, asStream(stream),
                                        options.programmatic_launch));
