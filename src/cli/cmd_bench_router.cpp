@@ -60,6 +60,19 @@ int runBenchRouter(BenchRouterFlags& flags) {
             return core::kExitBadConfig;
         }
     }
+    const auto& o = flags.options;
+    if (o.hidden % 16 != 0) {
+        AFD_LOG_ERROR("bench router: --hidden: {} must be a multiple of 16", o.hidden);
+        return core::kExitBadConfig;
+    }
+    if (o.experts % 32 != 0) {
+        AFD_LOG_ERROR("bench router: --experts: {} must be a multiple of 32", o.experts);
+        return core::kExitBadConfig;
+    }
+    if (o.top_k > o.experts) {
+        AFD_LOG_ERROR("bench router: --top-k: {} exceeds --experts {}", o.top_k, o.experts);
+        return core::kExitBadConfig;
+    }
     flags.options.renormalize = !flags.no_renormalize;
     try {
         const auto result = kernels::cuda::runRouterBench(flags.options);

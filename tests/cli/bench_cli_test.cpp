@@ -1,0 +1,51 @@
+// `afd bench moe` / `afd bench router` flags as a user passes them: every bad value ends with exit 2 and a message
+// naming the flag, before any device is touched (so these run on machines without a GPU too).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/subprocess_util.h"
+
+namespace afd::cli {
+namespace {
+
+using afd::testing::ProcessResult;
+using afd::testing::runProcess;
+
+#if !defined(AFD_BINARY_HAS_CUDA)
+#define SKIP_WITHOUT_CUDA() GTEST_SKIP() << "afd was built without the CUDA backend: `afd bench` has no flags"
+#else
+#define SKIP_WITHOUT_CUDA() (void)0
+#endif
+
+void expectBadFlag(const std::vector<std::string>& args, const std::string& needle) {
+    std::vector<std::string> argv{AFD_BINARY, "bench"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const ProcessResult r = runProcess(argv);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_FALSE(r.timed_out);
+    EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err;
+    EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << r.err;
+}
+
+TEST(BenchCli, RouterRefusesShapesTheRouterDoesNotTake) {
+    SKIP_WITHOUT_CUDA();
+    expectBadFlag({"router", "--hidden", "100"}, "--hidden: 100 must be a multiple of 16");
+    expectBadFlag({"router", "--experts", "48"}, "--experts: 48 must be a multiple of 32");
+    expectBadFlag({"router", "--experts", "300"}, "--experts");
+    expectBadFlag({"router", "--top-k", "40"}, "--top-k");
+    expectBadFlag({"router", "--experts", "32", "--top-k", "32", "--tokens", "0"}, "--tokens: 0 must be >= 1");
+    expectBadFlag({"router", "--weight-sets", "0"}, "--weight-sets");
+}
+
+TEST(BenchCli, MoeRefusesUnknownTilesRoutingsAndStages) {
+    SKIP_WITHOUT_CUDA();
+    expectBadFlag({"moe", "--tiles", "wide999"}, "unknown tile config 'wide999'");
+    expectBadFlag({"moe", "--routing", "gauss"}, "--routing: 'gauss'");
+    expectBadFlag({"moe", "--omit-stage", "gate-up"}, "--omit-stage");
+    expectBadFlag({"moe", "--tokens", "0"}, "--tokens: 0 must be >= 1");
+}
+
+}  // namespace
+}  // namespace afd::cli
