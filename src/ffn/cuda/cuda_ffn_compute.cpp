@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -31,6 +32,16 @@ int64_t bucketFor(int64_t tokens) {
     while (pow2 < tokens) pow2 *= 2;
     const int64_t step = std::max<int64_t>(16, pow2 / 8);
     return (tokens + step - 1) / step * step;
+}
+
+// Every bucket bucketFor returns for 1 ... rows (rows is itself a bucket).
+std::vector<int64_t> bucketsUpTo(int64_t rows) {
+    std::vector<int64_t> buckets;
+    for (int64_t t = 1;;) {
+        buckets.push_back(bucketFor(t));
+        if (buckets.back() >= rows) return buckets;
+        t = buckets.back() + 1;
+    }
 }
 
 struct DeviceLayer {
@@ -67,6 +78,8 @@ private:
     core::Status run(int64_t layer, int64_t T, const float* x, const int32_t* ids, const float* weights, float* out);
     // Enqueues the layer's kernels for `rows` staged rows on the stream.
     void enqueue(int64_t layer, int64_t rows);
+    // The instantiated graph of enqueue(layer, bucket), captured on the stream the first time.
+    const GraphExec& graphFor(int64_t layer, int64_t bucket);
 
     const model::ModelConfig& config_;
     const int gpu_;
@@ -79,7 +92,7 @@ private:
     DeviceBuffer x_dev_, ids_dev_, weights_dev_, out_dev_, workspace_;
     DeviceBuffer router_workspace_;  // p2p layers routed here: the router's partial logits
     PinnedBuffer x_host_, ids_host_, weights_host_, out_host_;
-    std::map<std::pair<int64_t, int64_t>, GraphExec> graphs_;  // (layer, bucket)
+    std::map<std::pair<int64_t, int64_t>, GraphExec> graphs_;  // (layer, bucket), all captured by init()
     bool released_ = false;
 };
 
@@ -142,7 +155,41 @@ core::Status CudaFfnCompute::init(model::ModelWeights weights) {
     weights_host_ = PinnedBuffer(static_cast<size_t>(rows * K) * sizeof(float));
     AFD_LOG_INFO("{}: {} bytes of weights in device memory, staging for {} rows, CUDA graphs {}", describe(),
                  weight_bytes_, rows, use_graphs_ ? "on" : "off");
+    if (use_graphs_) {
+        // Every (layer, token bucket) graph now, so that no step pays for a capture (about a millisecond each).
+        const auto start = std::chrono::steady_clock::now();
+        const std::vector<int64_t> buckets = bucketsUpTo(rows);
+        int64_t present = 0;
+        for (size_t l = 0; l < layers_.size(); ++l) {
+            if (!layers_[l].present) continue;
+            ++present;
+            for (const int64_t bucket : buckets) graphFor(static_cast<int64_t>(l), bucket);
+        }
+        AFD_CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        AFD_LOG_INFO("{}: captured {} CUDA graphs ({} layers x {} token buckets, 16 ... {}) in {:.2f} s", describe(),
+                     graphs_.size(), present, buckets.size(), rows, seconds);
+    }
     return core::Status::ok();
+}
+
+const GraphExec& CudaFfnCompute::graphFor(int64_t layer, int64_t bucket) {
+    const auto key = std::make_pair(layer, bucket);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+        cudaStream_t s = stream_->get();
+        cudaGraph_t graph = nullptr;
+        AFD_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        enqueue(layer, bucket);
+        AFD_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+        cudaGraphExec_t exec = nullptr;
+        const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+        (void)cudaGraphDestroy(graph);
+        AFD_CUDA_CHECK(instantiated);
+        it = graphs_.emplace(key, GraphExec(exec)).first;
+        AFD_CUDA_CHECK(cudaGraphUpload(exec, s));  // the device copy now, not at the first launch
+    }
+    return it->second;
 }
 
 void CudaFfnCompute::enqueue(int64_t layer, int64_t rows) {
@@ -229,20 +276,7 @@ core::Status CudaFfnCompute::run(int64_t layer, int64_t T, const float* x, const
                                        static_cast<size_t>(bucket * K) * sizeof(float), cudaMemcpyHostToDevice, s));
     }
     if (use_graphs_) {
-        auto key = std::make_pair(layer, bucket);
-        auto it = graphs_.find(key);
-        if (it == graphs_.end()) {
-            cudaGraph_t graph = nullptr;
-            AFD_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-            enqueue(layer, bucket);
-            AFD_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-            cudaGraphExec_t exec = nullptr;
-            const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
-            (void)cudaGraphDestroy(graph);
-            AFD_CUDA_CHECK(instantiated);
-            it = graphs_.emplace(key, GraphExec(exec)).first;
-        }
-        AFD_CUDA_CHECK(cudaGraphLaunch(it->second.get(), s));
+        AFD_CUDA_CHECK(cudaGraphLaunch(graphFor(layer, bucket).get(), s));
     } else {
         enqueue(layer, bucket);
     }
