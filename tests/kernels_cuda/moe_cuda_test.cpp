@@ -535,7 +535,8 @@ TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
     p.top_k = 8;
     const std::pair<int64_t, MoeTileConfig> expected[] = {
         {1, MoeTileConfig::kTiny8},       {2, MoeTileConfig::kTiny8},      {3, MoeTileConfig::kSmall16},
-        {64, MoeTileConfig::kSmall16},    {256, MoeTileConfig::kSmall64},  {1024, MoeTileConfig::kWide128},
+        {64, MoeTileConfig::kSmall16},    {256, MoeTileConfig::kSmall64},  {272, MoeTileConfig::kWide128},
+        {1024, MoeTileConfig::kWide128},  {1792, MoeTileConfig::kWide128}, {1808, MoeTileConfig::kWide288},
         {4096, MoeTileConfig::kWide288},  {4608, MoeTileConfig::kWide288}, {4624, MoeTileConfig::kWide256},
         {16384, MoeTileConfig::kWide256},
     };

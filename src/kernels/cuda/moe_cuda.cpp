@@ -398,11 +398,15 @@ MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions
         params.num_tokens * params.top_k <= kTinyEntries ? MoeTileConfig::kTiny8 : MoeTileConfig::kSmall16;
     // NOTE: kWide288 up to 288 entries per expert: with uniform routing at T = 4096 it is 8 % faster than kWide256
     // (most experts then read their weights once), with zipf routing 5 % slower (docs/cuda-moe-notes.md, v10).
+    // The boundaries around kWide128 are v14's sweep (docs/bench-runs/v14-experiments.log, calls 19-20): from a mean of
+    // 17 (T = 384 for Qwen3-30B-A3B) kWide128 is as fast as kSmall64 with uniform routing and 7-14 % faster with zipf;
+    // above 112 (T = 2048) a 128-token tile leaves about half the experts a second, nearly empty tile, and kWide288 is
+    // 5-13 % faster with uniform routing (2 % slower with zipf at 128).
     if (mean > 288) {
         config = MoeTileConfig::kWide256;
-    } else if (mean > 128) {
+    } else if (mean > 112) {
         config = MoeTileConfig::kWide288;
-    } else if (mean > 32) {
+    } else if (mean > 16) {
         config = MoeTileConfig::kWide128;
     } else if (mean > 4) {
         config = MoeTileConfig::kSmall64;
