@@ -203,9 +203,25 @@ __device__ __forceinline__ void warpArgMax(float& value, int& index) {
     }
 }
 
-// Softmax and top-k of token t on one warp: p[q] holds the logit of expert lane + 32 q (-inf past the experts).
-__device__ __forceinline__ void softmaxTopk(float (&p)[kMaxStripes], float max_logit, int lane, int t, int stripes,
-                                            int32_t* topk_ids, float* topk_weights, int top_k, bool renormalize) {
+// Token t on one warp: lane holds the logits of experts lane + 32 q, logitOf(q) for q < E / 32 (written to `logits`
+// when it is not null), then the softmax and the top-k.
+template <class LogitOf>
+__device__ __forceinline__ void routeToken(LogitOf&& logitOf, int lane, int t, int num_experts, float* logits,
+                                           int32_t* topk_ids, float* topk_weights, int top_k, bool renormalize) {
+    const int stripes = num_experts / 32;
+    float p[kMaxStripes];
+    float max_logit = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < kMaxStripes; ++q) {
+        p[q] = -INFINITY;
+        if (q < stripes) {
+            p[q] = logitOf(q);
+            if (logits != nullptr) {
+                logits[static_cast<int64_t>(t) * num_experts + lane + 32 * q] = p[q];
+            }
+            max_logit = fmaxf(max_logit, p[q]);
+        }
+    }
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
         max_logit = fmaxf(max_logit, __shfl_xor_sync(kFullMask, max_logit, offset));
@@ -269,30 +285,20 @@ __global__ void __launch_bounds__(kTopkThreads)
     if (t >= num_tokens) {
         return;
     }
-    const int stripes = num_experts / 32;
     const int64_t split_stride = static_cast<int64_t>(num_tokens) * num_experts;
-    float p[kMaxStripes];
-    float max_logit = -INFINITY;
-#pragma unroll
-    for (int q = 0; q < kMaxStripes; ++q) {
-        p[q] = -INFINITY;
-        if (q < stripes) {
-            const float* src = partial + static_cast<int64_t>(t) * num_experts + lane + 32 * q;
+    const float* row = partial + static_cast<int64_t>(t) * num_experts + lane;
+    routeToken(
+        [&](int q) {
             float v = 0.0f;
             for (int s0 = 0; s0 < splits; s0 += kWarpTopkSplits) {
 #pragma unroll
                 for (int i = 0; i < kWarpTopkSplits; ++i) {
-                    v += s0 + i < splits ? src[(s0 + i) * split_stride] : 0.0f;
+                    v += s0 + i < splits ? row[(s0 + i) * split_stride + 32 * q] : 0.0f;
                 }
             }
-            p[q] = v;
-            if (logits != nullptr) {
-                logits[static_cast<int64_t>(t) * num_experts + lane + 32 * q] = v;
-            }
-            max_logit = fmaxf(max_logit, v);
-        }
-    }
-    softmaxTopk(p, max_logit, lane, t, stripes, topk_ids, topk_weights, top_k, renormalize);
+            return v;
+        },
+        lane, t, num_experts, logits, topk_ids, topk_weights, top_k, renormalize);
 }
 
 // Few tokens: one CTA per token. Each thread of the first shares * E sums the partials of one expert over a share of
@@ -327,26 +333,15 @@ __global__ void __launch_bounds__(kTopkThreads)
     if (tid >= 32) {
         return;
     }
-    const int lane = tid;
-    const int stripes = num_experts / 32;
-    float p[kMaxStripes];
-    float max_logit = -INFINITY;
-#pragma unroll
-    for (int q = 0; q < kMaxStripes; ++q) {
-        p[q] = -INFINITY;
-        if (q < stripes) {
+    routeToken(
+        [&](int q) {
             float sum = 0.0f;
             for (int r = 0; r < shares; ++r) {
-                sum += s_sum[r * num_experts + lane + 32 * q];
+                sum += s_sum[r * num_experts + tid + 32 * q];
             }
-            p[q] = sum;
-            if (logits != nullptr) {
-                logits[static_cast<int64_t>(t) * num_experts + lane + 32 * q] = sum;
-            }
-            max_logit = fmaxf(max_logit, sum);
-        }
-    }
-    softmaxTopk(p, max_logit, lane, t, stripes, topk_ids, topk_weights, top_k, renormalize);
+            return sum;
+        },
+        tid, t, num_experts, logits, topk_ids, topk_weights, top_k, renormalize);
 }
 
 struct Split {
