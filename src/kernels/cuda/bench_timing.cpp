@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/moe_stages.h"
 
 namespace afd::kernels::cuda {
@@ -21,6 +22,8 @@ private:
 };
 
 }  // namespace
+
+std::string benchDeviceName() { return deviceInfo(0).name; }
 
 Graph::Graph(cudaStream_t stream, const std::function<void()>& body) {
     AFD_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));

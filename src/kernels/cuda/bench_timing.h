@@ -9,8 +9,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
+#include "kernels/cuda/bench_result.h"
 #include "kernels/cuda/device_memory.h"
 
 namespace afd::kernels::cuda {
@@ -71,10 +73,23 @@ Timing timeRuns(cudaStream_t stream, int warmup, int reps, const std::function<v
 // count bf16 values uniform in [-scale, scale) from `seed`.
 void fillRandom(void* ptr, size_t count, uint64_t seed, float scale, cudaStream_t stream);
 
+// Name of device 0 (the benchmarks run there).
+std::string benchDeviceName();
+
 // Copy bandwidth in TB/s (bytes read + written) of a 2 GiB device-to-device copy.
 double measureCopyBandwidth(cudaStream_t stream);
 
 // cuBLAS BF16 GEMM rate (TFLOP/s) at 8192^3 on random data, fp32 accumulation.
 double measureGemmRate(cudaStream_t stream);
+
+// A benchmark's result with device 0's name and both rates measured on `stream`, no rows yet.
+template <class Row>
+BenchResult<Row> startBenchResult(cudaStream_t stream) {
+    BenchResult<Row> result;
+    result.device = benchDeviceName();
+    result.copy_tbps = measureCopyBandwidth(stream);
+    result.gemm_tflops = measureGemmRate(stream);
+    return result;
+}
 
 }  // namespace afd::kernels::cuda

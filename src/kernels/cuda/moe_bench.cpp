@@ -201,11 +201,8 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
     AFD_CHECK(o.layers >= 1 && o.reps >= 1, "bench moe: layers {} and reps {} must be >= 1", o.layers, o.reps);
     AFD_CHECK(o.omit_stage.empty() || o.omit_stage == "permute" || o.omit_stage == "combine",
               "bench moe: omit_stage must be permute or combine, got '{}'", o.omit_stage);
-    MoeBenchResult result;
-    result.device = deviceInfo(0).name;
     Stream stream;
-    result.copy_tbps = measureCopyBandwidth(stream.get());
-    result.gemm_tflops = measureGemmRate(stream.get());
+    MoeBenchResult result = startBenchResult<MoeBenchRow>(stream.get());
 
     const int64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
     std::vector<std::unique_ptr<Layer>> layers;

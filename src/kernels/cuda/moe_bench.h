@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/bench_result.h"
 #include "kernels/moe_cuda.h"
 
 namespace afd::kernels::cuda {
@@ -65,12 +66,7 @@ struct MoeBenchRow {
     std::string timeline;  // MoeBenchOptions::timeline: a few lines of text, empty otherwise
 };
 
-struct MoeBenchResult {
-    std::string device;
-    double copy_tbps = 0;    // TB/s, bytes read + written
-    double gemm_tflops = 0;  // cuBLAS BF16 8192^3
-    std::vector<MoeBenchRow> rows;
-};
+using MoeBenchResult = BenchResult<MoeBenchRow>;
 
 MoeBenchResult runMoeBench(const MoeBenchOptions& options);
 

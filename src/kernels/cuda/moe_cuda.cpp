@@ -588,7 +588,7 @@ void routerForwardCuda(const RouterParams& params, void* workspace, size_t works
               "routerForwardCuda: num_experts {} must be a multiple of 32 and at most 256", params.num_experts);
     AFD_CHECK(params.top_k >= 1 && params.top_k <= 32 && params.top_k <= params.num_experts,
               "routerForwardCuda: top_k {} outside [1, min(32, num_experts)]", params.top_k);
-    const size_t needed = cuda::routerWorkspaceBytes(params.num_tokens, params.hidden, params.num_experts);
+    const size_t needed = cuda::routerPartialBytes(params.num_tokens, params.hidden, params.num_experts);
     AFD_CHECK(workspace != nullptr && workspace_bytes >= needed,
               "routerForwardCuda: workspace of {} bytes is too small: T {} needs {} (routerCudaWorkspaceBytes)",
               workspace_bytes, params.num_tokens, needed);

@@ -53,6 +53,8 @@ cudaError_t launchMoeCombine(const int32_t* entry_slot, const float* topk_weight
 // logits [T, E] fp32 (may be null), topk_ids/topk_weights [T, K], workspace routerWorkspaceBytes(T, H, E) bytes.
 // hidden % 16 == 0, num_experts % 32 == 0, num_experts <= 256, top_k <= min(32, num_experts).
 size_t routerWorkspaceBytes(int64_t num_tokens, int64_t hidden, int64_t num_experts);
+// What one launch for exactly num_tokens uses of that workspace (the check per call; no loop over smaller T).
+size_t routerPartialBytes(int64_t num_tokens, int64_t hidden, int64_t num_experts);
 cudaError_t launchRouter(const uint16_t* x, const uint16_t* gate_w, float* logits, int32_t* topk_ids,
                          float* topk_weights, float* workspace, int num_tokens, int hidden, int num_experts, int top_k,
                          bool renormalize, cudaStream_t stream);

@@ -372,18 +372,23 @@ std::atomic<uint64_t> logits_configured{0};
 
 }  // namespace
 
+size_t routerPartialBytes(int64_t num_tokens, int64_t hidden, int64_t num_experts) {
+    const int64_t tokens = std::max<int64_t>(num_tokens, 1);
+    return static_cast<size_t>(routerSplit(tokens, hidden, num_experts).splits * tokens * num_experts) * 4;
+}
+
 // The partials of every T' <= num_tokens fit (S T' is not monotonic: fewer tokens may take more splits). S changes only
 // where the count of token tiles does, so the largest S T' is at the end of a tile or at num_tokens.
 size_t routerWorkspaceBytes(int64_t num_tokens, int64_t hidden, int64_t num_experts) {
     const int64_t tokens = std::max<int64_t>(num_tokens, 1);
     int64_t most = 0;
     for (int64_t t = std::min<int64_t>(tokens, kTileTokens);; t = std::min<int64_t>(tokens, t + kTileTokens)) {
-        most = std::max<int64_t>(most, routerSplit(t, hidden, num_experts).splits * t);
+        most = std::max<int64_t>(most, static_cast<int64_t>(routerPartialBytes(t, hidden, num_experts)));
         if (t == tokens) {
             break;
         }
     }
-    return static_cast<size_t>(most) * static_cast<size_t>(num_experts) * 4;
+    return static_cast<size_t>(most);
 }
 
 cudaError_t launchRouter(const uint16_t* x, const uint16_t* gate_w, float* logits, int32_t* topk_ids,

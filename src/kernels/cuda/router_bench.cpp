@@ -18,12 +18,9 @@ RouterBenchResult runRouterBench(const RouterBenchOptions& o) {
     AFD_CHECK(deviceCount() > 0, "afd bench router needs a CUDA device");
     AFD_CHECK(o.weight_sets >= 1 && o.reps >= 1, "bench router: weight_sets {} and reps {} must be >= 1", o.weight_sets,
               o.reps);
-    RouterBenchResult result;
-    result.device = deviceInfo(0).name;
     Stream stream;
     const cudaStream_t s = stream.get();
-    result.copy_tbps = measureCopyBandwidth(s);
-    result.gemm_tflops = measureGemmRate(s);
+    RouterBenchResult result = startBenchResult<RouterBenchRow>(s);
 
     const int64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
     const size_t gate_bytes = static_cast<size_t>(o.experts * o.hidden) * 2;

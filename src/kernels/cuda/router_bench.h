@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/bench_result.h"
+
 namespace afd::kernels::cuda {
 
 struct RouterBenchOptions {
@@ -34,12 +36,7 @@ struct RouterBenchRow {
     double pct_of_floor = 0;
 };
 
-struct RouterBenchResult {
-    std::string device;
-    double copy_tbps = 0;    // TB/s, bytes read + written
-    double gemm_tflops = 0;  // cuBLAS BF16 8192^3
-    std::vector<RouterBenchRow> rows;
-};
+using RouterBenchResult = BenchResult<RouterBenchRow>;
 
 RouterBenchResult runRouterBench(const RouterBenchOptions& options);
 
