@@ -151,8 +151,10 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
                   "the down kernel issues no weight copies before the gate-up kernel has finished");
     moe->add_flag("--no-gate-up-prefetch", flags->no_gate_up_prefetch,
                   "the wide128 gate-up kernel issues no weight copies before the gather kernel has finished");
-    moe->add_flag("--token-gather", flags->token_gather,
-                  "gather x in token order and wait for the whole gather (no slot-order gather beside wide128)");
+    moe->add_flag(
+        "--token-gather", flags->token_gather,
+        "gather x in token order and wait for the whole gather (no slot-order gather by a kernel beside wide128 or by "
+        "the other wide shapes' gate-up kernels)");
     moe->add_option("--omit-stage", flags->options.omit_stage,
                     "diagnostic: time the layer without its permute or combine stage (what hiding it could gain)")
         ->check(CLI::IsMember({"permute", "combine"}));

@@ -86,9 +86,11 @@ struct MoeCudaOptions {
     // The 128-token TMA tile (wide128): the gate-up kernel's CTAs, resident beside the gather kernel's, issue their
     // first weight copies before they wait for it (false: they wait first).
     bool gate_up_prefetch = true;
-    // With gate_up_prefetch: the gather writes x_sorted in slot order beside the gate-up kernel and counts each
-    // expert's rows; each gate-up item waits for its own expert's rows instead of the whole gather (false: the
-    // token-order gather, waited for as a whole).
+    // Token-TMA shapes: x_sorted is written in slot order and each expert's rows are counted as they complete; each
+    // gate-up item waits for its own expert's rows instead of the whole gather. wide128 with gate_up_prefetch runs the
+    // gather kernel beside its gate-up kernel; the others gather in the gate-up kernel's idle producer warps, so their
+    // first items start while later rows are still being copied (false: the token-order gather kernel, waited for as a
+    // whole).
     bool slot_gather = true;
     // Diagnostics (afd bench moe --timeline): when non-null, a device buffer of 2 * kMoeTraceMaxCtas *
     // kMoeTraceSlots words into which each CTA of the gate-up (block 0) and down (block 1) GEMM kernels writes

@@ -146,6 +146,12 @@ std::vector<MoeTileConfig> configsFor(const Case& c) {
     return configs;
 }
 
+// The shapes whose token tiles come by TMA from x_sorted (the others gather x with cp.async and have no gather stage).
+bool loadsTokensByTma(MoeTileConfig t) {
+    return t == MoeTileConfig::kWide128 || t == MoeTileConfig::kWide256 || t == MoeTileConfig::kWide288 ||
+           t == MoeTileConfig::kTall128 || t == MoeTileConfig::kWide128Pair || t == MoeTileConfig::kWide256Pair;
+}
+
 struct Mode {
     MoeTileConfig config;
     bool fuse_routing;
@@ -161,14 +167,15 @@ struct Mode {
 // cap, so that down CTAs with many items arrive on each block several times). Every configuration also runs with the
 // static round robin, the stages released after the next stage's wgmma and the gate-up kernel waiting for the gather
 // before its first copy (the token-TMA shapes take items from the device-wide counter by default, and wide128's gate-up
-// kernel streams its first weights beside the gather). wide128 also runs beside the token-order gather, waited for as a
-// whole (MoeCudaOptions::slot_gather off).
+// kernel streams its first weights beside the gather; the other token-TMA shapes' gate-up kernels gather x themselves,
+// and wide128's does too without its prefetch). The token-TMA shapes also run after the token-order gather kernel,
+// waited for as a whole (MoeCudaOptions::slot_gather off).
 std::vector<Mode> configsAndFusionModes(const Case& c) {
     std::vector<Mode> modes;
     for (const MoeTileConfig t : configsFor(c)) {
         modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries});
         modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, false, false, false});
-        if (t == MoeTileConfig::kWide128) {
+        if (loadsTokensByTma(t)) {
             modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, true, true, true, false});
         }
         if (c.tokens * c.top_k <= 256) {

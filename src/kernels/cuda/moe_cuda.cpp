@@ -237,7 +237,9 @@ struct Resolved {
     bool fused_routing;  // the GEMM kernels compute the routing (moe_fused_routing.cuh)
     bool fused_combine;  // the down kernel does the combine (moe_fused_combine.cuh)
     bool dynamic;        // dynamic item scheduling (GroupedGemmArgs::schedule)
-    bool slot_gather;    // the gather in slot order beside the gate-up kernel (MoeCudaOptions::slot_gather)
+    bool slot_gather;    // x_sorted in slot order, counted per expert (MoeCudaOptions::slot_gather): by the gather
+                         // kernel beside the gate-up kernel, or by the gate-up kernel itself (gather_in_gate_up)
+    bool gather_in_gate_up;
     int32_t* combine_counters;
     int32_t* schedule;  // WorkspaceLayout::schedule: [2 * kScheduleWords] gate-up then down, gathered [E], exit [1]
 };
@@ -257,8 +259,11 @@ Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_byte
     r.combine_counters = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + l.combine_counters);
     r.dynamic = options.dynamic_schedule && r.shape.tma_tokens;
     r.schedule = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + l.schedule);
-    // The gate-up kernels that stream beside the gather (moe_gemm_tiles.cuh, kStreamsBesideGather): wide128.
-    r.slot_gather = options.slot_gather && options.gate_up_prefetch && r.config == MoeTileConfig::kWide128;
+    // The gate-up kernels that stream beside the gather (moe_gemm_tiles.cuh, kStreamsBesideGather): wide128 with its
+    // prefetch. The other token-TMA kernels cannot share an SM with the gather kernel's CTAs: they gather their rows
+    // themselves.
+    r.slot_gather = options.slot_gather && r.shape.tma_tokens;
+    r.gather_in_gate_up = r.slot_gather && !(options.gate_up_prefetch && r.config == MoeTileConfig::kWide128);
     return r;
 }
 
@@ -495,6 +500,11 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
     if (r.slot_gather) {
         args.gathered = r.schedule + 2 * cuda::kScheduleWords;
         args.gathered_exit = args.gathered + params.num_experts;
+    }
+    if (r.gather_in_gate_up) {
+        args.gather_x = reinterpret_cast<const uint16_t*>(params.x);
+        args.gather_out = reinterpret_cast<uint16_t*>(r.view.x_sorted);
+    } else if (r.slot_gather) {
         AFD_CUDA_CHECK(cuda::launchMoeGatherBySlot(reinterpret_cast<const uint16_t*>(params.x), r.view.slot_token,
                                                    r.view.slot_offset, static_cast<int>(params.num_experts),
                                                    static_cast<int>(params.hidden),

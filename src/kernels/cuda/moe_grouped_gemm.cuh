@@ -262,13 +262,25 @@ struct Kernel {
     __device__ static void produce(const CUtensorMap* tmap, const CUtensorMap* tmap_b, const CUtensorMap* tmap_b_full,
                                    const GroupedGemmArgs& args, const Shared& sh, int total_items, int k_blocks) {
         const int ptid = threadIdx.x;
+        if constexpr (kGateUp && kTmaTokens) {
+            if (args.gather_x != nullptr && ptid >= 32) {
+                gatherSlots(args, sh, (ptid >> 5) - 1);  // warps 1-3; the TMA thread goes on below
+                return;
+            }
+        }
         const uint64_t policy = args.weights_read_once ? sm90::policyEvictFirst() : sm90::policyEvictNormal();
         const uint64_t token_policy = sm90::policyEvictLast();
         int prefetched = 0;
         if (ptid == 0) {
             traceNow(args, kTraceFirstLoad);
         }
-        if constexpr (!kGateUp || L::kStreamsBesideGather) {
+        // The gate-up kernels that gather their own token rows stream their first weights before the first expert's
+        // rows are complete (they waited for the previous kernel at the start).
+        bool prefetch_block = !kGateUp || L::kStreamsBesideGather;
+        if constexpr (kGateUp && kTmaTokens) {
+            prefetch_block = prefetch_block || args.gather_x != nullptr;
+        }
+        if (prefetch_block) {
             // The weights do not depend on the previous kernel: start streaming them before waiting for it (with
             // dynamic scheduling only the first item is known before the wait).
             for (int it = sh.item_begin; args.prefetch_before_wait && it < total_items && prefetched < kStages;
@@ -344,7 +356,7 @@ struct Kernel {
                     }
                 }
                 if constexpr (kTmaTokens) {
-                    if constexpr (L::kStreamsBesideGather) {
+                    if constexpr (kGateUp) {
                         if (kb == 0 && args.gathered != nullptr) {
                             waitGathered(args, sh, item, ready_expert);
                         }
@@ -356,7 +368,7 @@ struct Kernel {
                 }
             }
         }
-        if constexpr (L::kStreamsBesideGather) {
+        if constexpr (kGateUp && kTmaTokens) {
             if (args.gathered != nullptr) {
                 releaseGathered(args);
             }
@@ -366,7 +378,72 @@ struct Kernel {
         }
     }
 
-    // Gate-up kernel beside the slot-order gather: waits until the gather has written every row of the item's expert
+    // Gate-up kernels that gather their own token rows (GroupedGemmArgs::gather_x): the producer's warps 1-3 of every
+    // CTA copy rows of x into x_sorted in slot order, in groups of kGatherGroup slots dealt round robin over the grid's
+    // gather warps (so the experts complete in slot order, the order of the items), and add each group's rows to their
+    // experts' counts with release once the warp's stores are done. Nothing here waits, so every count completes.
+    static constexpr int kGatherWarps = 3;
+    static constexpr int kGatherGroup = 8;
+    // 16-byte vectors of a row each lane holds at once: the producer of the register-rebalanced shapes has 72.
+    static constexpr int kGatherVectors = L::kRebalanceRegs ? 4 : 8;
+    __device__ static void gatherSlots(const GroupedGemmArgs& args, const Shared& sh, int gather_warp) {
+        const int lane = threadIdx.x & 31;
+        const int total = sh.slots[sh.rows];
+        const int row_vectors = args.k / 8;  // gate-up: k = hidden
+        const int stride = static_cast<int>(gridDim.x) * kGatherWarps * kGatherGroup;
+        for (int group = (static_cast<int>(blockIdx.x) * kGatherWarps + gather_warp) * kGatherGroup; group < total;
+             group += stride) {
+            const int end = min(group + kGatherGroup, total);
+#pragma unroll 1
+            for (int s = group; s < end; ++s) {
+                const int64_t token = __ldg(args.slot_token + s);
+                const uint4* src = reinterpret_cast<const uint4*>(args.gather_x + token * args.k);
+                uint4* dst = reinterpret_cast<uint4*>(args.gather_out + static_cast<int64_t>(s) * args.k);
+#pragma unroll 1
+                for (int v0 = 0; v0 < row_vectors; v0 += 32 * kGatherVectors) {
+                    uint4 row[kGatherVectors];
+#pragma unroll
+                    for (int q = 0; q < kGatherVectors; ++q) {
+                        const int v = v0 + q * 32 + lane;
+                        if (v < row_vectors) {
+                            row[q] = __ldg(src + v);
+                        }
+                    }
+#pragma unroll
+                    for (int q = 0; q < kGatherVectors; ++q) {
+                        const int v = v0 + q * 32 + lane;
+                        if (v < row_vectors) {
+                            dst[v] = row[q];
+                        }
+                    }
+                }
+            }
+            __syncwarp();  // every lane's stores are ordered before lane 0's release
+            if (lane == 0) {
+                // NOTE: rows = experts (no fused routing for the token-TMA shapes). The last expert whose first slot
+                // is <= group, then the next ones up to end.
+                int lo = 0;
+                int hi = sh.rows - 1;
+                while (lo < hi) {
+                    const int mid = (lo + hi + 1) >> 1;
+                    if (sh.slots[mid] <= group) {
+                        lo = mid;
+                    } else {
+                        hi = mid - 1;
+                    }
+                }
+                for (int first = group, e = lo; first < end; ++e) {
+                    const int last = min(end, sh.slots[e + 1]);
+                    if (last > first) {
+                        sm90::redAddReleaseGpu(args.gathered + e, last - first);
+                        first = last;
+                    }
+                }
+            }
+        }
+    }
+
+    // Gate-up kernel beside the slot-order gather (or gathering its own rows): waits until the gather has written every row of the item's expert
     // (once per run of items of one expert), then orders the TMA loads of those rows after that acquire.
     __device__ __forceinline__ static void waitGathered(const GroupedGemmArgs& args, const Shared& sh, const Item& item,
                                                         int& ready_expert) {
@@ -682,7 +759,9 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     }
     // The gate-up kernel that streams beside the gather waits for it in its roles (as the down kernel does): its
     // weights do not depend on it, and the permute stage's offsets were complete before the gather let it launch.
-    const bool wait_in_roles = !kGateUp || (L::kStreamsBesideGather && args.prefetch_before_wait);
+    // A gate-up kernel that gathers its own token rows reads the permute stage's slot tokens: it waits here.
+    const bool wait_in_roles =
+        !kGateUp || (L::kStreamsBesideGather && args.prefetch_before_wait && args.gather_x == nullptr);
     // Beside the slot-order gather no thread waits for the gather grid: the producer waits per expert.
     const bool consumers_wait = wait_in_roles && !(kGateUp && args.gathered != nullptr);
     if (!wait_in_roles) {

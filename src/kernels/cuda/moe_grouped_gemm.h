@@ -51,6 +51,11 @@ struct GroupedGemmArgs {
     // the CTAs done taking and reading the counts; the last one zeroes them and itself for the next launch.
     int32_t* gathered = nullptr;
     int32_t* gathered_exit = nullptr;
+    // Gate-up kernels of the other token-TMA shapes (MoeCudaOptions::slot_gather): gather_x = x [T, k], gathered by the
+    // kernel's own producer warps 1-3 into gather_out = x_sorted in slot order and counted in `gathered` as above
+    // (no gather kernel). nullptr: a gather kernel wrote x_sorted.
+    const uint16_t* gather_x = nullptr;
+    uint16_t* gather_out = nullptr;
     // Small batches (cp.async token shapes only): > 0 = number of routing entries (<= kFusedRoutingEntries) from
     // which both kernels compute the routing themselves (moe_fused_routing.cuh); the permute kernel is skipped.
     int fused_entries = 0;
