@@ -30,6 +30,7 @@ struct BenchMoeFlags {
     bool no_down_prefetch = false;
     bool no_gate_up_prefetch = false;
     bool token_gather = false;
+    bool evict_first_weights = false;
 };
 
 void printTable(const kernels::cuda::MoeBenchResult& r) {
@@ -101,6 +102,7 @@ int runBenchMoe(BenchMoeFlags& flags) {
     flags.options.down_prefetch = !flags.no_down_prefetch;
     flags.options.gate_up_prefetch = !flags.no_gate_up_prefetch;
     flags.options.slot_gather = !flags.token_gather;
+    flags.options.shared_weights_evict_normal = !flags.evict_first_weights;
     try {
         const auto result = kernels::cuda::runMoeBench(flags.options);
         printTable(result);
@@ -149,12 +151,18 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
                   "consumers release each stage after issuing the next stage's wgmma, for every tile");
     moe->add_flag("--no-down-prefetch", flags->no_down_prefetch,
                   "the down kernel issues no weight copies before the gate-up kernel has finished");
-    moe->add_flag("--no-gate-up-prefetch", flags->no_gate_up_prefetch,
-                  "the wide128 gate-up kernel issues no weight copies before the gather kernel has finished");
+    moe->add_flag(
+        "--no-gate-up-prefetch", flags->no_gate_up_prefetch,
+        "the wide128 gate-up kernel does not stream beside the gather kernel: it gathers its own token rows (or "
+        "waits for the whole gather with --token-gather)");
     moe->add_flag(
         "--token-gather", flags->token_gather,
         "gather x in token order and wait for the whole gather (no slot-order gather by a kernel beside wide128 or by "
         "the other wide shapes' gate-up kernels)");
+    moe->add_flag(
+        "--evict-first-weights", flags->evict_first_weights,
+        "copy every item's weights with evict_first when each weight tile is read about once (the wide shapes "
+        "over 128 tokens otherwise keep an expert's weights in L2 while its several token tiles read them)");
     moe->add_option("--omit-stage", flags->options.omit_stage,
                     "diagnostic: time the layer without its permute or combine stage (what hiding it could gain)")
         ->check(CLI::IsMember({"permute", "combine"}));

@@ -92,6 +92,12 @@ struct MoeCudaOptions {
     // first items start while later rows are still being copied (false: the token-order gather kernel, waited for as a
     // whole).
     bool slot_gather = true;
+    // Tile shapes over 128 tokens (wide256, wide288 and their pair, the compute-bound batches), when each weight tile
+    // is read about once on average: the items of an expert with several token tiles (a hot expert under skewed
+    // routing) still copy its weights with evict_normal, so that its other tiles' items, taken at about the same
+    // time, find them in L2 (false: evict_first for every item). wide128 keeps evict_first (its batches are
+    // memory-bound: T = 1024 with zipf routing measured 1 % slower, docs/cuda-moe-notes.md v11).
+    bool shared_weights_evict_normal = true;
     // Diagnostics (afd bench moe --timeline): when non-null, a device buffer of 2 * kMoeTraceMaxCtas *
     // kMoeTraceSlots words into which each CTA of the gate-up (block 0) and down (block 1) GEMM kernels writes
     // %globaltimer stamps (ns) of the MoeTraceEvent points, and its item count.

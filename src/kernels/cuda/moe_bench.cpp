@@ -261,6 +261,7 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 options.down_prefetch = o.down_prefetch;
                 options.gate_up_prefetch = o.gate_up_prefetch;
                 options.slot_gather = o.slot_gather;
+                options.shared_weights_evict_normal = o.shared_weights_evict_normal;
                 MoeBenchRow row;
                 row.tokens = tokens;
                 row.routing = kind;

@@ -276,6 +276,7 @@ GroupedGemmArgs commonArgs(const MoeParams& params, const Resolved& r, const Moe
     args.inter = static_cast<int>(params.inter);
     args.weights_read_once =
         params.num_tokens * params.top_k <= params.num_experts * static_cast<int64_t>(r.shape.block_tokens) ? 1 : 0;
+    args.weights_shared_per_item = options.shared_weights_evict_normal && r.shape.block_tokens > 128 ? 1 : 0;
     args.top_k = static_cast<int>(params.top_k);
     const bool memory_bound = params.num_tokens * params.top_k <= kEarlyReleaseEntriesPerExpert * params.num_experts;
     args.release_early = options.early_stage_release && memory_bound ? 1 : 0;

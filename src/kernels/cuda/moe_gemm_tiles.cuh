@@ -96,6 +96,7 @@ struct Item {
     int n_tile;     // weight-row tile within the expert
     int slot_base;  // first slot of the token tile
     int ntok;       // tokens in the tile, 1..kBlockTokens
+    int expert_tiles;  // token tiles of the expert
 };
 
 // Item `it` of the expert-major list. tiles/slots [rows + 1] are the shared-memory copies of tile_offset /
@@ -125,6 +126,7 @@ __device__ __forceinline__ Item decodeItem(int it, const int* tiles, const int* 
     int first = 0;
     expertTokenTile(count, m_tiles, m, multiTileTokens(kBlockTokens), &first, &item.ntok);
     item.slot_base = slots[lo] + first;
+    item.expert_tiles = m_tiles;
     return item;
 }
 

@@ -259,6 +259,14 @@ struct Kernel {
         }
     }
 
+    // L2 policy of an item's weight copies: evict_first when each weight tile is read by about one item
+    // (GroupedGemmArgs::weights_read_once), except, with weights_shared_per_item, for the items of an expert with
+    // several token tiles, whose other tiles' items read the same weights at about the same time.
+    __device__ __forceinline__ static uint64_t weightPolicy(const GroupedGemmArgs& args, const Item& item) {
+        const bool first = args.weights_read_once && !(args.weights_shared_per_item && item.expert_tiles > 1);
+        return first ? sm90::policyEvictFirst() : sm90::policyEvictNormal();
+    }
+
     __device__ static void produce(const CUtensorMap* tmap, const CUtensorMap* tmap_b, const CUtensorMap* tmap_b_full,
                                    const GroupedGemmArgs& args, const Shared& sh, int total_items, int k_blocks) {
         const int ptid = threadIdx.x;
@@ -268,7 +276,6 @@ struct Kernel {
                 return;
             }
         }
-        const uint64_t policy = args.weights_read_once ? sm90::policyEvictFirst() : sm90::policyEvictNormal();
         const uint64_t token_policy = sm90::policyEvictLast();
         int prefetched = 0;
         if (ptid == 0) {
@@ -277,15 +284,18 @@ struct Kernel {
         // The gate-up kernels that gather their own token rows stream their first weights before the first expert's
         // rows are complete (they waited for the previous kernel at the start).
         bool prefetch_block = !kGateUp || L::kStreamsBesideGather;
+        bool prefetch_first = args.prefetch_before_wait != 0;
         if constexpr (kGateUp && kTmaTokens) {
             prefetch_block = prefetch_block || args.gather_x != nullptr;
+            prefetch_first = prefetch_first || args.gather_x != nullptr;
         }
         if (prefetch_block) {
             // The weights do not depend on the previous kernel: start streaming them before waiting for it (with
             // dynamic scheduling only the first item is known before the wait).
-            for (int it = sh.item_begin; args.prefetch_before_wait && it < total_items && prefetched < kStages;
+            for (int it = sh.item_begin; prefetch_first && it < total_items && prefetched < kStages;
                  it += sh.item_stride) {
                 const Item item = itemAt(it, args, sh);
+                const uint64_t policy = weightPolicy(args, item);
                 for (int kb = 0; kb < k_blocks && prefetched < kStages; ++kb, ++prefetched) {
                     if (ptid == 0) {
                         issueWeights(tmap, args, sh, prefetched, item, kb, policy);
@@ -341,6 +351,7 @@ struct Kernel {
                 break;
             }
             const Item item = itemAt(it, args, sh);
+            const uint64_t policy = weightPolicy(args, item);
             const int npad = paddedTokens<kBlockTokens>(item.ntok);
             int offsets[L::kRowsPerThread];
             if constexpr (!kTmaTokens) {

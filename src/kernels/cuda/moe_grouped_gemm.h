@@ -38,6 +38,9 @@ struct GroupedGemmArgs {
     // 1 when each weight tile is read by about one item (mean tokens per expert within one token tile): weights
     // stream through L2 with evict_first; 0: several token tiles re-read each weight tile, evict normally.
     int weights_read_once = 1;
+    // With weights_read_once: 1 = the items of an expert with several token tiles still copy its weights with
+    // evict_normal (MoeCudaOptions::shared_weights_evict_normal).
+    int weights_shared_per_item = 0;
     // 1: each consumer releases a stage as soon as its wgmma retire (MoeCudaOptions::early_stage_release);
     // 0: after the next stage's wgmma are issued.
     int release_early = 0;
