@@ -18,9 +18,12 @@ inline constexpr int kRowBytes = 128;
 inline constexpr int kWarpgroup = 128;  // threads
 inline constexpr int kWeightRowsPerConsumer = 64;
 
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster, bool kPingPong>
 struct Layout {
-    static constexpr int kBlocks = kConsumers * kMBlocks;                         // 64-row blocks per item
+    // Ping-pong (kPingPong): each consumer warpgroup computes whole items of its own (the CTA's items alternate
+    // between the two), so one consumer's epilogue runs while the other's wgmma use the tensor cores; otherwise the
+    // consumers split each item's weight rows and store their parts together.
+    static constexpr int kBlocks = kPingPong ? kMBlocks : kConsumers * kMBlocks;  // 64-row blocks per item
     static constexpr int kABytes = kBlocks * kWeightRowsPerConsumer * kRowBytes;  // per stage
     static constexpr int kBBytes = kBlockTokens * kRowBytes;                      // per stage
     // Tokens per epilogue pass (32 for tiles over 256 tokens, whose four stages leave room for no more staging;
@@ -42,9 +45,12 @@ struct Layout {
     // a ring in rank 1's shared memory (full barriers and words there, empty barriers in rank 0).
     static constexpr int kPairBarOffset = kItemRingOffset + kItemSlots * 8;  // 8-byte aligned after the ring
     static constexpr int kPairRingOffset = kPairBarOffset + 2 * kItemSlots * 8;
-    static constexpr int kPrefixOffset = kPairRingOffset + kItemSlots * 4;
+    // Ping-pong: order[c] completes when the other consumer has issued the mainloop of its item (kWarpgroup arrivals),
+    // so the consumers' mainloops alternate and each one's stage waits stay within one barrier phase.
+    static constexpr int kOrderBarOffset = (kPairRingOffset + kItemSlots * 4 + 7) / 8 * 8;
+    static constexpr int kPrefixOffset = kOrderBarOffset + 2 * 8;
     // Threads that read each handed-over item: the consumers (the producer's single TMA thread takes them).
-    static constexpr int kItemReaders = kConsumers * kWarpgroup;
+    static constexpr int kItemReaders = kPingPong ? kWarpgroup : kConsumers * kWarpgroup;
     // After the prefixes [2 (E + 1)]: fused-routing scratch, ids and slot tokens [kFusedRoutingEntries] each,
     // counts [E].
     static constexpr int kThreads = kWarpgroup * (kConsumers + 1);
@@ -77,7 +83,10 @@ struct Layout {
         kGateUp && kTmaTokens && kCluster == 1 && kMBlocks == 1 && kBlockTokens <= 128;
     static constexpr int kBesideGatherRegs = 128;
     // Arrivals that release a stage: every consumer thread (one CTA), or one per consumer warp of each CTA.
-    static constexpr int kEmptyArrivals = kCluster == 1 ? kConsumers * kWarpgroup : kCluster * kConsumers * 4;
+    static constexpr int kEmptyArrivals =
+        kPingPong ? kWarpgroup : (kCluster == 1 ? kConsumers * kWarpgroup : kCluster * kConsumers * 4);
+    static_assert(!kPingPong || (kConsumers == 2 && kTmaTokens && kCluster == 1 && !kRebalanceRegs),
+                  "ping-pong: two consumers, token tiles by TMA, one CTA, no register rebalancing");
 
     // Dynamic shared memory: 1024 bytes of alignment slack + the fixed part + prefixes + fused-routing scratch (the
     // cp.async token shapes only: the fused routing is theirs).

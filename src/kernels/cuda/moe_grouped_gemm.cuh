@@ -46,9 +46,9 @@
 
 namespace afd::kernels::cuda::grouped_gemm {
 
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster, bool kPingPong>
 struct Kernel {
-    using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
+    using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>;
 
     struct Shared {
         uint8_t* base;
@@ -71,6 +71,7 @@ struct Kernel {
         uint64_t* pair_full;   // kCluster = 2: [kItemSlots] the item words rank 0 sent to rank 1
         uint64_t* pair_empty;  // [kItemSlots] rank 1 has read them
         int* pair_ring;        // [kItemSlots]
+        uint64_t* order;       // kPingPong: [2] consumer c may start its next mainloop (Layout::kOrderBarOffset)
     };
 
     // mbarWait, with the trap out of line where setmaxnreg raised the consumers' registers (mbarWaitColdTrap).
@@ -338,6 +339,9 @@ struct Kernel {
             if (sh.dynamic) {
                 publishItem(sh, n, it < total_items ? it : -1);
                 if (it >= total_items) {
+                    if constexpr (kPingPong) {
+                        publishItem(sh, n + 1, -1);  // the other consumer's next item: none either
+                    }
                     if (sh.rank == 0) {
                         finishTaking(args);
                     }
@@ -534,6 +538,9 @@ struct Kernel {
         }
     }
 
+    // The first 64-row block of an item's weight tile that consumer wg computes: all of them in ping-pong.
+    __device__ __forceinline__ static constexpr int firstBlock(int wg) { return kPingPong ? 0 : wg * kMBlocks; }
+
     template <int N>
     __device__ __forceinline__ static void consumeItem(const GroupedGemmArgs& args, const Shared& sh, const Item& item,
                                                        int k_blocks, int& iter, int wg, int ctid) {
@@ -557,7 +564,7 @@ struct Kernel {
                 sm90::fenceProxyAsyncShared();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
             }
             const uint64_t desc_a = sm90::makeSmemDesc(sh.base + L::kAOffset + stage * L::kABytes +
-                                                       wg * kMBlocks * kWeightRowsPerConsumer * kRowBytes);
+                                                       firstBlock(wg) * kWeightRowsPerConsumer * kRowBytes);
             const uint64_t desc_b = sm90::makeSmemDesc(sh.base + L::kBOffset + stage * L::kBBytes);
 #pragma unroll
             for (int mb = 0; mb < kMBlocks; ++mb) {
@@ -577,6 +584,11 @@ struct Kernel {
                 }
             }
             sm90::wgmmaCommit();
+            if constexpr (kPingPong) {
+                if (kb == k_blocks - 1) {
+                    sm90::mbarArrive(&sh.order[wg ^ 1]);  // every wgmma of this item is issued: the other consumer's turn
+                }
+            }
 #pragma unroll
             for (int mb = 0; mb < kMBlocks; ++mb) {
 #pragma unroll
@@ -611,7 +623,7 @@ struct Kernel {
         }
 #pragma unroll
         for (int mb = 0; mb < kMBlocks; ++mb) {
-            const int block = wg * kMBlocks + mb;
+            const int block = firstBlock(wg) + mb;
             epilogue<N>(acc[mb], args, sh, item, wg, block, ctid);
             if constexpr (!kGateUp) {
                 if (args.combine.out != nullptr) {
@@ -650,6 +662,45 @@ struct Kernel {
         }
     }
 
+    // One item by the consumer instantiation of its wgmma width.
+    __device__ __forceinline__ static void consumeAny(const GroupedGemmArgs& args, const Shared& sh, const Item& item,
+                                                      int k_blocks, int& iter, int wg, int ctid) {
+        // No code for widths paddedTokens never returns (below kMinPaddedTokens, above kBlockTokens).
+        constexpr int kMinN = kMinPaddedTokens<kBlockTokens>;
+        switch (paddedTokens<kBlockTokens>(item.ntok)) {
+            case 8:
+                if constexpr (kMinN <= 8) consumeItem<8>(args, sh, item, k_blocks, iter, wg, ctid);
+                break;
+            case 16:
+                if constexpr (kBlockTokens >= 16 && kMinN <= 16) {
+                    consumeItem<16>(args, sh, item, k_blocks, iter, wg, ctid);
+                }
+                break;
+            case 32:
+                if constexpr (kBlockTokens >= 32 && kMinN <= 32) {
+                    consumeItem<32>(args, sh, item, k_blocks, iter, wg, ctid);
+                }
+                break;
+            case 64:
+                if constexpr (kBlockTokens >= 64 && kMinN <= 64) {
+                    consumeItem<64>(args, sh, item, k_blocks, iter, wg, ctid);
+                }
+                break;
+            case 128:
+                if constexpr (kBlockTokens >= 128) consumeItem<128>(args, sh, item, k_blocks, iter, wg, ctid);
+                break;
+            default:
+                // 256, or 160, 192 … kBlockTokens in tiles over 256 tokens (paddedTokens)
+                if constexpr (kBlockTokens > 256) {
+                    consumeWide<128 + kWideStep>(paddedTokens<kBlockTokens>(item.ntok), args, sh, item, k_blocks,
+                                                 iter, wg, ctid);
+                } else if constexpr (kBlockTokens == 256) {
+                    consumeItem<256>(args, sh, item, k_blocks, iter, wg, ctid);
+                }
+                break;
+        }
+    }
+
     __device__ static void consume(const GroupedGemmArgs& args, const Shared& sh, int total_items, int k_blocks,
                                    int wg) {
         const int ctid = threadIdx.x - kWarpgroup * (wg + 1);
@@ -663,47 +714,33 @@ struct Kernel {
                 }
             }
         }
-        int iter = 0;
-        int taken = 0;
-        for (int it = sh.dynamic ? takeItem(sh, taken++) : sh.item_begin; it >= 0 && it < total_items;
-             it = sh.dynamic ? takeItem(sh, taken++) : it + sh.item_stride) {
-            const Item item = itemAt(it, args, sh);
-            if (wg == 0 && ctid == 0) {
-                trace(args, kTraceItems, static_cast<uint64_t>(++consumed));
+        if constexpr (kPingPong) {
+            // The CTA's items alternate between the consumers (n = wg, wg + 2, ...); the stages of the CTA's n-th item
+            // are iterations [n k_blocks, (n + 1) k_blocks) of the ring. Each mainloop starts once the other
+            // consumer has issued the previous item's (order barriers), so the two alternate on the tensor cores.
+            for (int n = wg, j = 0;; n += 2, ++j) {
+                const int it = sh.dynamic ? takeItem(sh, n) : sh.item_begin + n * sh.item_stride;
+                if (it < 0 || it >= total_items) {
+                    break;
+                }
+                if (wg == 1 || j > 0) {
+                    waitBar(&sh.order[wg], static_cast<uint32_t>(wg == 1 ? j : j - 1) & 1);
+                }
+                int iter = n * k_blocks;
+                consumeAny(args, sh, itemAt(it, args, sh), k_blocks, iter, wg, ctid);
+                if (wg == 0 && ctid == 0) {
+                    trace(args, kTraceItems, static_cast<uint64_t>(++consumed));
+                }
             }
-            // No code for widths paddedTokens never returns (below kMinPaddedTokens, above kBlockTokens).
-            constexpr int kMinN = kMinPaddedTokens<kBlockTokens>;
-            switch (paddedTokens<kBlockTokens>(item.ntok)) {
-                case 8:
-                    if constexpr (kMinN <= 8) consumeItem<8>(args, sh, item, k_blocks, iter, wg, ctid);
-                    break;
-                case 16:
-                    if constexpr (kBlockTokens >= 16 && kMinN <= 16) {
-                        consumeItem<16>(args, sh, item, k_blocks, iter, wg, ctid);
-                    }
-                    break;
-                case 32:
-                    if constexpr (kBlockTokens >= 32 && kMinN <= 32) {
-                        consumeItem<32>(args, sh, item, k_blocks, iter, wg, ctid);
-                    }
-                    break;
-                case 64:
-                    if constexpr (kBlockTokens >= 64 && kMinN <= 64) {
-                        consumeItem<64>(args, sh, item, k_blocks, iter, wg, ctid);
-                    }
-                    break;
-                case 128:
-                    if constexpr (kBlockTokens >= 128) consumeItem<128>(args, sh, item, k_blocks, iter, wg, ctid);
-                    break;
-                default:
-                    // 256, or 160, 192 … kBlockTokens in tiles over 256 tokens (paddedTokens)
-                    if constexpr (kBlockTokens > 256) {
-                        consumeWide<128 + kWideStep>(paddedTokens<kBlockTokens>(item.ntok), args, sh, item, k_blocks,
-                                                     iter, wg, ctid);
-                    } else if constexpr (kBlockTokens == 256) {
-                        consumeItem<256>(args, sh, item, k_blocks, iter, wg, ctid);
-                    }
-                    break;
+        } else {
+            int iter = 0;
+            int taken = 0;
+            for (int it = sh.dynamic ? takeItem(sh, taken++) : sh.item_begin; it >= 0 && it < total_items;
+                 it = sh.dynamic ? takeItem(sh, taken++) : it + sh.item_stride) {
+                if (wg == 0 && ctid == 0) {
+                    trace(args, kTraceItems, static_cast<uint64_t>(++consumed));
+                }
+                consumeAny(args, sh, itemAt(it, args, sh), k_blocks, iter, wg, ctid);
             }
         }
         if (wg == 0 && ctid == 0) {
@@ -713,10 +750,10 @@ struct Kernel {
 };
 
 // The kernel's body; tmap, tmap_b and tmap_b_full point at the kernel's __grid_constant__ parameters.
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster, bool kPingPong>
 __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUtensorMap* tmap_b,
                                             const CUtensorMap* tmap_b_full, const GroupedGemmArgs& args) {
-    using K = Kernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
+    using K = Kernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>;
     using L = typename K::L;
     extern __shared__ uint8_t smem_raw[];
     if (threadIdx.x == 0) {
@@ -749,6 +786,7 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     sh.pair_full = reinterpret_cast<uint64_t*>(base + L::kPairBarOffset);
     sh.pair_empty = sh.pair_full + L::kItemSlots;
     sh.pair_ring = reinterpret_cast<int*>(base + L::kPairRingOffset);
+    sh.order = reinterpret_cast<uint64_t*>(base + L::kOrderBarOffset);
 
     if (threadIdx.x == 0) {
         sm90::prefetchTensorMap(tmap);
@@ -766,6 +804,8 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
             sm90::mbarInit(&sh.pair_full[s], 1);
             sm90::mbarInit(&sh.pair_empty[s], 1);
         }
+        sm90::mbarInit(&sh.order[0], kWarpgroup);
+        sm90::mbarInit(&sh.order[1], kWarpgroup);
         sm90::fenceBarrierInit();
     }
     // The gate-up kernel that streams beside the gather waits for it in its roles (as the down kernel does): its
@@ -854,25 +894,25 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     }
 }
 
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster, bool kPingPong>
 __global__ void __launch_bounds__(
     kWarpgroup*(kConsumers + 1),
-    Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>::kMinCtasPerSm)
+    Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>::kMinCtasPerSm)
     groupedGemmKernel(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
                       const __grid_constant__ CUtensorMap tmap_b_full, const GroupedGemmArgs args) {
-    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>(&tmap, &tmap_b,
+    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>(&tmap, &tmap_b,
                                                                                             &tmap_b_full, args);
 }
 
 // The same kernel with its registers capped at Layout::kBesideGatherRegs instead of the launch bounds' whole register
 // file, for the gate-up kernels that stream beside the gather (Layout::kStreamsBesideGather; nvcc takes one of the
 // two qualifiers per kernel).
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster, bool kPingPong>
 __global__ void __maxnreg__(
-    (Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>::kBesideGatherRegs))
+    (Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>::kBesideGatherRegs))
     groupedGemmKernelBesideGather(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
                                   const __grid_constant__ CUtensorMap tmap_b_full, const GroupedGemmArgs args) {
-    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>(&tmap, &tmap_b,
+    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>(&tmap, &tmap_b,
                                                                                             &tmap_b_full, args);
 }
 
