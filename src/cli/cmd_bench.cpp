@@ -149,6 +149,11 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
                   "CTAs take their items in a fixed round robin (no device-wide item counter)");
     moe->add_flag("--late-release", flags->late_release,
                   "consumers release each stage after issuing the next stage's wgmma, for every tile");
+    moe->add_option(
+           "--early-release-up-to", flags->options.early_release_entries_per_expert,
+           "consumers release each stage as soon as its wgmma retire up to this many routing entries per expert "
+           "(0: never)")
+        ->check(CLI::NonNegativeNumber);
     moe->add_flag("--no-down-prefetch", flags->no_down_prefetch,
                   "the down kernel issues no weight copies before the gate-up kernel has finished");
     moe->add_flag(

@@ -80,10 +80,13 @@ struct MoeCudaOptions {
     // statically and the next ones from a device-wide counter as it finishes, so CTAs that drew short items (an
     // expert's last, partly filled token tile) take more; false: the static round robin blockIdx.x + i * gridDim.x.
     bool dynamic_schedule = true;
-    // Up to 64 routing entries per expert (the memory-bound regime): each consumer hands a stage back to the producer
-    // as soon as its wgmma retire instead of after issuing the next stage's, so one more stage of weights is in
-    // flight; the wgmma of consecutive stages no longer overlap, which only the compute-bound batches would miss.
+    // Up to early_release_entries_per_expert routing entries per expert: each consumer hands a stage back to the
+    // producer as soon as its wgmma retire instead of after issuing the next stage's, so one more stage is in flight;
+    // the wgmma of consecutive stages no longer overlap. Measured: wide128 1 % faster at 64 entries per expert, 2-3 %
+    // slower at 96 with zipf routing and 10 % slower at 256; wide288 within the run-to-run spread at 128 and 256
+    // (docs/cuda-moe-notes.md, v15).
     bool early_stage_release = true;
+    int early_release_entries_per_expert = 64;
     // Beyond 8 routing entries, the down kernel's CTAs issue their first weight copies before they wait for the
     // gate-up kernel (false: never).
     bool down_prefetch = true;

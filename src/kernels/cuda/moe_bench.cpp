@@ -258,6 +258,7 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 options.fused_combine_entries = o.fused_combine_entries;
                 options.dynamic_schedule = o.dynamic_schedule;
                 options.early_stage_release = o.early_stage_release;
+                options.early_release_entries_per_expert = o.early_release_entries_per_expert;
                 options.down_prefetch = o.down_prefetch;
                 options.gate_up_prefetch = o.gate_up_prefetch;
                 options.slot_gather = o.slot_gather;

@@ -31,6 +31,7 @@ struct MoeBenchOptions {
     int fused_combine_entries = MoeCudaOptions{}.fused_combine_entries;  // MoeCudaOptions::fused_combine_entries
     bool dynamic_schedule = MoeCudaOptions{}.dynamic_schedule;           // MoeCudaOptions::dynamic_schedule
     bool early_stage_release = MoeCudaOptions{}.early_stage_release;     // MoeCudaOptions::early_stage_release
+    int early_release_entries_per_expert = MoeCudaOptions{}.early_release_entries_per_expert;  // the same
     bool down_prefetch = MoeCudaOptions{}.down_prefetch;                 // MoeCudaOptions::down_prefetch
     bool gate_up_prefetch = MoeCudaOptions{}.gate_up_prefetch;           // MoeCudaOptions::gate_up_prefetch
     bool slot_gather = MoeCudaOptions{}.slot_gather;                     // MoeCudaOptions::slot_gather

@@ -92,10 +92,6 @@ void checkMoeParams(const MoeParams& p) {
     }
 }
 
-// MoeCudaOptions::early_stage_release applies up to this many routing entries per expert (the memory-bound regime:
-// at 256 the wide128 tile measured 10 % slower with it, at 64 1 % faster).
-constexpr int64_t kEarlyReleaseEntriesPerExpert = 64;
-
 // Up to this many routing entries (one token at top-8) the down kernel issues no weight copy before the gate-up
 // kernel has finished: its copies would share DRAM with the gate-up kernel's, whose end is the critical path, and
 // measured 29.3 against 30.9 us at T = 1; at T = 2 the prefetch gains (44.9 against 46.7 us).
@@ -281,8 +277,9 @@ GroupedGemmArgs commonArgs(const MoeParams& params, const Resolved& r, const Moe
         params.num_tokens * params.top_k <= params.num_experts * static_cast<int64_t>(r.shape.block_tokens) ? 1 : 0;
     args.weights_shared_per_item = options.shared_weights_evict_normal && r.shape.block_tokens > 128 ? 1 : 0;
     args.top_k = static_cast<int>(params.top_k);
-    const bool memory_bound = params.num_tokens * params.top_k <= kEarlyReleaseEntriesPerExpert * params.num_experts;
-    args.release_early = options.early_stage_release && memory_bound ? 1 : 0;
+    const bool few_entries = params.num_tokens * params.top_k <=
+                             static_cast<int64_t>(options.early_release_entries_per_expert) * params.num_experts;
+    args.release_early = options.early_stage_release && few_entries ? 1 : 0;
     args.max_token_tiles = static_cast<int>(params.num_tokens * params.top_k);
     if (r.fused_routing) {
         args.fused_entries = static_cast<int>(params.num_tokens * params.top_k);
