@@ -18,7 +18,8 @@ inline constexpr int kRowBytes = 128;
 inline constexpr int kWarpgroup = 128;  // threads
 inline constexpr int kWeightRowsPerConsumer = 64;
 
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster, bool kPingPong>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster,
+          bool kPingPong>
 struct Layout {
     // Ping-pong (kPingPong): each consumer warpgroup computes whole items of its own (the CTA's items alternate
     // between the two), so one consumer's epilogue runs while the other's wgmma use the tensor cores; otherwise the

@@ -46,7 +46,8 @@
 
 namespace afd::kernels::cuda::grouped_gemm {
 
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster, bool kPingPong>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster,
+          bool kPingPong>
 struct Kernel {
     using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>;
 
@@ -458,8 +459,9 @@ struct Kernel {
         }
     }
 
-    // Gate-up kernel beside the slot-order gather (or gathering its own rows): waits until the gather has written every row of the item's expert
-    // (once per run of items of one expert), then orders the TMA loads of those rows after that acquire.
+    // Gate-up kernel beside the slot-order gather (or gathering its own rows): waits until the gather has written every
+    // row of the item's expert (once per run of items of one expert), then orders the TMA loads of those rows after
+    // that acquire.
     __device__ __forceinline__ static void waitGathered(const GroupedGemmArgs& args, const Shared& sh, const Item& item,
                                                         int& ready_expert) {
         if (item.expert == ready_expert) {
@@ -586,7 +588,8 @@ struct Kernel {
             sm90::wgmmaCommit();
             if constexpr (kPingPong) {
                 if (kb == k_blocks - 1) {
-                    sm90::mbarArrive(&sh.order[wg ^ 1]);  // every wgmma of this item is issued: the other consumer's turn
+                    sm90::mbarArrive(
+                        &sh.order[wg ^ 1]);  // every wgmma of this item is issued: the other consumer's turn
                 }
             }
 #pragma unroll
@@ -692,8 +695,8 @@ struct Kernel {
             default:
                 // 256, or 160, 192 … kBlockTokens in tiles over 256 tokens (paddedTokens)
                 if constexpr (kBlockTokens > 256) {
-                    consumeWide<128 + kWideStep>(paddedTokens<kBlockTokens>(item.ntok), args, sh, item, k_blocks,
-                                                 iter, wg, ctid);
+                    consumeWide<128 + kWideStep>(paddedTokens<kBlockTokens>(item.ntok), args, sh, item, k_blocks, iter,
+                                                 wg, ctid);
                 } else if constexpr (kBlockTokens == 256) {
                     consumeItem<256>(args, sh, item, k_blocks, iter, wg, ctid);
                 }
@@ -750,7 +753,8 @@ struct Kernel {
 };
 
 // The kernel's body; tmap, tmap_b and tmap_b_full point at the kernel's __grid_constant__ parameters.
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster, bool kPingPong>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster,
+          bool kPingPong>
 __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUtensorMap* tmap_b,
                                             const CUtensorMap* tmap_b_full, const GroupedGemmArgs& args) {
     using K = Kernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>;
@@ -894,26 +898,28 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     }
 }
 
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster, bool kPingPong>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster,
+          bool kPingPong>
 __global__ void __launch_bounds__(
     kWarpgroup*(kConsumers + 1),
     Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>::kMinCtasPerSm)
     groupedGemmKernel(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
                       const __grid_constant__ CUtensorMap tmap_b_full, const GroupedGemmArgs args) {
-    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>(&tmap, &tmap_b,
-                                                                                            &tmap_b_full, args);
+    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>(
+        &tmap, &tmap_b, &tmap_b_full, args);
 }
 
 // The same kernel with its registers capped at Layout::kBesideGatherRegs instead of the launch bounds' whole register
 // file, for the gate-up kernels that stream beside the gather (Layout::kStreamsBesideGather; nvcc takes one of the
 // two qualifiers per kernel).
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster, bool kPingPong>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster,
+          bool kPingPong>
 __global__ void __maxnreg__(
     (Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>::kBesideGatherRegs))
     groupedGemmKernelBesideGather(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
                                   const __grid_constant__ CUtensorMap tmap_b_full, const GroupedGemmArgs args) {
-    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>(&tmap, &tmap_b,
-                                                                                            &tmap_b_full, args);
+    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>(
+        &tmap, &tmap_b, &tmap_b_full, args);
 }
 
 }  // namespace afd::kernels::cuda::grouped_gemm
