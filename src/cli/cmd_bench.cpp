@@ -95,6 +95,19 @@ int runBenchMoe(BenchMoeFlags& flags) {
             return core::kExitBadConfig;
         }
     }
+    const auto& o = flags.options;
+    if (o.hidden % 64 != 0) {
+        AFD_LOG_ERROR("bench moe: --hidden: {} must be a multiple of 64", o.hidden);
+        return core::kExitBadConfig;
+    }
+    if (o.inter % 32 != 0) {
+        AFD_LOG_ERROR("bench moe: --inter: {} must be a multiple of 32", o.inter);
+        return core::kExitBadConfig;
+    }
+    if (o.top_k > o.experts) {
+        AFD_LOG_ERROR("bench moe: --top-k: {} exceeds --experts {}", o.top_k, o.experts);
+        return core::kExitBadConfig;
+    }
     flags.options.stages = !flags.no_stages;
     flags.options.fuse_small_routing = !flags.no_fuse_routing;
     flags.options.dynamic_schedule = !flags.static_schedule;
@@ -130,13 +143,17 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
                     "uniform, zipf and/or balanced (T K / E entries on every expert)")
         ->delimiter(',');
     moe->add_option("--tiles", flags->tiles, "tile configs to time (auto, small16 … wide256)")->delimiter(',');
-    moe->add_option("--hidden", flags->options.hidden, "hidden size H");
-    moe->add_option("--inter", flags->options.inter, "expert intermediate size I");
-    moe->add_option("--experts", flags->options.experts, "experts E");
-    moe->add_option("--top-k", flags->options.top_k, "experts per token K");
-    moe->add_option("--zipf-exponent", flags->options.zipf_exponent, "exponent s of the zipf routing");
-    moe->add_option("--layers", flags->options.layers, "weight sets rotated between replays");
-    moe->add_option("--reps", flags->options.reps, "timed graph replays per point");
+    moe->add_option("--hidden", flags->options.hidden, "hidden size H (a multiple of 64)")
+        ->check(CLI::Range(64, 1 << 16));
+    moe->add_option("--inter", flags->options.inter, "expert intermediate size I (a multiple of 32)")
+        ->check(CLI::Range(32, 1 << 16));
+    moe->add_option("--experts", flags->options.experts, "experts E (at most 1024)")->check(CLI::Range(1, 1024));
+    moe->add_option("--top-k", flags->options.top_k, "experts per token K (at most E)")->check(CLI::Range(1, 1024));
+    moe->add_option("--zipf-exponent", flags->options.zipf_exponent, "exponent s of the zipf routing")
+        ->check(CLI::Range(0.0, 16.0));
+    moe->add_option("--layers", flags->options.layers, "weight sets rotated between replays")
+        ->check(CLI::Range(1, 1024));
+    moe->add_option("--reps", flags->options.reps, "timed graph replays per point")->check(CLI::Range(1, 1000000));
     moe->add_option("--csv", flags->csv, "also write the rows to this CSV file");
     moe->add_option("--dump-routing", flags->options.dump_routing_dir,
                     "write each point's routing to this folder (read by bench/peers)");
@@ -144,7 +161,8 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
     moe->add_flag("--no-fuse-routing", flags->no_fuse_routing,
                   "always run the permute kernel (no routing inside the GEMM kernels for small batches)");
     moe->add_option("--fuse-combine-entries", flags->options.fused_combine_entries,
-                    "the down kernel does the combine up to this many routing entries (0: never)");
+                    "the down kernel does the combine up to this many routing entries (0: never; at most 256)")
+        ->check(CLI::Range(0, 256));
     moe->add_flag("--static-schedule", flags->static_schedule,
                   "CTAs take their items in a fixed round robin (no device-wide item counter)");
     moe->add_flag("--late-release", flags->late_release,
@@ -153,7 +171,7 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
            "--early-release-up-to", flags->options.early_release_entries_per_expert,
            "consumers release each stage as soon as its wgmma retire up to this many routing entries per expert "
            "(0: never)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(CLI::Range(0, 1 << 30));
     moe->add_flag("--no-down-prefetch", flags->no_down_prefetch,
                   "the down kernel issues no weight copies before the gate-up kernel has finished");
     moe->add_flag(

@@ -40,6 +40,18 @@ TEST(BenchCli, MoeRefusesUnknownTilesRoutingsAndStages) {
     expectBadFlag({"moe", "--omit-stage", "gate-up"}, "--omit-stage");
     expectBadFlag({"moe", "--tokens", "0"}, "--tokens: 0 must be >= 1");
 }
+
+TEST(BenchCli, MoeRefusesShapesAndCountsTheLayerDoesNotTake) {
+    expectBadFlag({"moe", "--hidden", "100"}, "--hidden: 100 must be a multiple of 64");
+    expectBadFlag({"moe", "--inter", "100"}, "--inter: 100 must be a multiple of 32");
+    expectBadFlag({"moe", "--experts", "2000"}, "--experts");
+    expectBadFlag({"moe", "--experts", "4", "--top-k", "8"}, "--top-k: 8 exceeds --experts 4");
+    expectBadFlag({"moe", "--reps", "0"}, "--reps");
+    expectBadFlag({"moe", "--layers", "0"}, "--layers");
+    expectBadFlag({"moe", "--zipf-exponent", "-1"}, "--zipf-exponent");
+    expectBadFlag({"moe", "--fuse-combine-entries", "300"}, "--fuse-combine-entries");
+    expectBadFlag({"moe", "--early-release-up-to", "-1"}, "--early-release-up-to");
+}
 #else
 // Without the CUDA backend each bench subcommand says so and exits 1.
 TEST(BenchCli, SubcommandsSayTheCudaBackendIsMissing) {
