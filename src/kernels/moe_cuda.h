@@ -36,9 +36,7 @@ namespace afd::kernels {
 // up to 128 tokens (token tiles by TMA), so each token tile is re-read half as often as with kWide128. kWide128Pair /
 // kWide256Pair: the wide tiles in clusters of two CTAs on adjacent weight tiles of one expert that load each token tile
 // once for both (TMA multicast), which halves the token bytes read through L2; they need inter % (64 * 2) == 0 and
-// hidden % (128 * 2) == 0. kPingPong128: two consumers that each compute whole items of 128 weight rows x up to 128
-// tokens, the CTA's items alternating between them, so one consumer's epilogue runs while the other's wgmma use the
-// tensor cores (the wide shapes' consumers split each item and store it together). kAuto picks from T * top_k /
+// hidden % (128 * 2) == 0. kAuto picks from T * top_k /
 // num_experts (never a pair shape: they measured the same as the single-CTA wide shapes).
 enum class MoeTileConfig {
     kAuto,
@@ -53,12 +51,10 @@ enum class MoeTileConfig {
     kWide256Gather,
     kTall128,
     kWide128Pair,
-    kWide256Pair,
-    kPingPong128
+    kWide256Pair
 };
 
-// Parses "auto", "tiny8", "small16" … "wide256", "wide288", "wide256g", "tall128", "wide128pair", "wide256pair",
-// "pingpong128";
+// Parses "auto", "tiny8", "small16" … "wide256", "wide288", "wide256g", "tall128", "wide128pair", "wide256pair";
 // returns false for anything else.
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config);
 const char* moeTileConfigName(MoeTileConfig config);

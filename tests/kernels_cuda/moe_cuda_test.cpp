@@ -120,10 +120,10 @@ std::vector<Case> cases() {
 }
 
 constexpr MoeTileConfig kAllConfigs[] = {
-    MoeTileConfig::kAuto,          MoeTileConfig::kTiny8,      MoeTileConfig::kSmall16,     MoeTileConfig::kSmall32,
-    MoeTileConfig::kSmall64,       MoeTileConfig::kSmall128,   MoeTileConfig::kWide128,     MoeTileConfig::kWide256,
-    MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128,    MoeTileConfig::kWide128Pair, MoeTileConfig::kWide256Pair,
-    MoeTileConfig::kWide288,       MoeTileConfig::kPingPong128};
+    MoeTileConfig::kAuto,          MoeTileConfig::kTiny8,    MoeTileConfig::kSmall16,     MoeTileConfig::kSmall32,
+    MoeTileConfig::kSmall64,       MoeTileConfig::kSmall128, MoeTileConfig::kWide128,     MoeTileConfig::kWide256,
+    MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128,  MoeTileConfig::kWide128Pair, MoeTileConfig::kWide256Pair,
+    MoeTileConfig::kWide288};
 
 // The configurations whose tiles divide the case's shape (the others are refused by resolveMoeTileConfig).
 std::vector<MoeTileConfig> configsFor(const Case& c) {
@@ -149,8 +149,7 @@ std::vector<MoeTileConfig> configsFor(const Case& c) {
 // The shapes whose token tiles come by TMA from x_sorted (the others gather x with cp.async and have no gather stage).
 bool loadsTokensByTma(MoeTileConfig t) {
     return t == MoeTileConfig::kWide128 || t == MoeTileConfig::kWide256 || t == MoeTileConfig::kWide288 ||
-           t == MoeTileConfig::kTall128 || t == MoeTileConfig::kWide128Pair || t == MoeTileConfig::kWide256Pair ||
-           t == MoeTileConfig::kPingPong128;
+           t == MoeTileConfig::kTall128 || t == MoeTileConfig::kWide128Pair || t == MoeTileConfig::kWide256Pair;
 }
 
 struct Mode {
@@ -201,7 +200,6 @@ int blockTokens(MoeTileConfig config) {
         case MoeTileConfig::kWide128:
         case MoeTileConfig::kTall128:
         case MoeTileConfig::kWide128Pair:
-        case MoeTileConfig::kPingPong128:
             return 128;
         case MoeTileConfig::kWide256:
         case MoeTileConfig::kWide256Gather:
@@ -456,9 +454,8 @@ TEST(MoeCudaTest, StagesReplayedAloneServeEveryItem) {
     std::mt19937 rng(91);
     Problem p({"replay", 900, 256, 128, 8, 4, Routing::kSkewed}, rng);
     const MoeParams params = p.params();
-    for (const MoeTileConfig tile :
-         {MoeTileConfig::kWide128, MoeTileConfig::kWide256, MoeTileConfig::kWide288, MoeTileConfig::kTall128,
-          MoeTileConfig::kWide256Pair, MoeTileConfig::kPingPong128}) {
+    for (const MoeTileConfig tile : {MoeTileConfig::kWide128, MoeTileConfig::kWide256, MoeTileConfig::kWide288,
+                                     MoeTileConfig::kTall128, MoeTileConfig::kWide256Pair}) {
         SCOPED_TRACE(moeTileConfigName(tile));
         MoeCudaOptions options;
         options.tile = tile;

@@ -218,9 +218,6 @@ cudaError_t dispatchGroupedGemm(MoeTileConfig config, bool gate_up, const CUtens
         case MoeTileConfig::kWide256Pair:
             return cuda::launchGroupedGemmWide256Pair(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream,
                                                       programmatic);
-        case MoeTileConfig::kPingPong128:
-            return cuda::launchGroupedGemmPingPong128(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream,
-                                                      programmatic);
         case MoeTileConfig::kAuto:
             break;
     }
@@ -332,8 +329,6 @@ TileShape tileShape(MoeTileConfig config) {
             return kWide128PairShape;
         case MoeTileConfig::kWide256Pair:
             return kWide256PairShape;
-        case MoeTileConfig::kPingPong128:
-            return kPingPong128Shape;
         case MoeTileConfig::kAuto:
             break;
     }
@@ -344,11 +339,10 @@ TileShape tileShape(MoeTileConfig config) {
 
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config) {
     static constexpr MoeTileConfig kAll[] = {
-        MoeTileConfig::kAuto,          MoeTileConfig::kTiny8,      MoeTileConfig::kSmall16,
-        MoeTileConfig::kSmall32,       MoeTileConfig::kSmall64,    MoeTileConfig::kSmall128,
-        MoeTileConfig::kWide128,       MoeTileConfig::kWide256,    MoeTileConfig::kWide288,
-        MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128,    MoeTileConfig::kWide128Pair,
-        MoeTileConfig::kWide256Pair,   MoeTileConfig::kPingPong128};
+        MoeTileConfig::kAuto,       MoeTileConfig::kTiny8,         MoeTileConfig::kSmall16, MoeTileConfig::kSmall32,
+        MoeTileConfig::kSmall64,    MoeTileConfig::kSmall128,      MoeTileConfig::kWide128, MoeTileConfig::kWide256,
+        MoeTileConfig::kWide288,    MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128, MoeTileConfig::kWide128Pair,
+        MoeTileConfig::kWide256Pair};
     for (const MoeTileConfig c : kAll) {
         if (std::strcmp(text, moeTileConfigName(c)) == 0) {
             *config = c;
@@ -386,8 +380,6 @@ const char* moeTileConfigName(MoeTileConfig config) {
             return "wide128pair";
         case MoeTileConfig::kWide256Pair:
             return "wide256pair";
-        case MoeTileConfig::kPingPong128:
-            return "pingpong128";
     }
     return "?";
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/kernel_launch.h"
+#include "kernels/cuda/moe_slot_gather.cuh"
 #include "kernels/cuda/moe_stages.h"
 #include "kernels/cuda/sm90_ptx.cuh"
 
@@ -85,35 +86,13 @@ __global__ void __launch_bounds__(kThreads)
     for (int group = blockIdx.x * kWarps; group < total; group += gridDim.x * kWarps) {
         const int s = group + warp;
         if (s < total) {
-            const uint4* src = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(slot_token[s]) * hidden);
-            uint4* dst = reinterpret_cast<uint4*>(x_sorted + static_cast<int64_t>(s) * hidden);
-            for (int v0 = 0; v0 < row_vectors; v0 += 32 * kVecPerLane) {
-                uint4 row[kVecPerLane];
-                loadRowPass(src, v0, lane, row_vectors, row);
-                storeRowPass(dst, v0, lane, row_vectors, row);
-            }
+            copyRowByWarp<kVecPerLane>(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(slot_token[s]) * hidden),
+                                       reinterpret_cast<uint4*>(x_sorted + static_cast<int64_t>(s) * hidden), lane,
+                                       row_vectors);
         }
         __syncthreads();
         if (threadIdx.x == 0) {
-            // The experts of slots [group, end): the last one whose first slot is <= group, then the next ones.
-            const int end = min(group + kWarps, total);
-            int lo = 0;
-            int hi = num_experts - 1;
-            while (lo < hi) {
-                const int mid = (lo + hi + 1) >> 1;
-                if (offsets[mid] <= group) {
-                    lo = mid;
-                } else {
-                    hi = mid - 1;
-                }
-            }
-            for (int first = group, e = lo; first < end; ++e) {
-                const int last = min(end, offsets[e + 1]);
-                if (last > first) {
-                    sm90::redAddReleaseGpu(gathered + e, last - first);
-                    first = last;
-                }
-            }
+            countGatheredSlots(offsets, num_experts, group, min(group + kWarps, total), gathered);
         }
     }
 }

@@ -14,18 +14,16 @@
 namespace afd::kernels::cuda::grouped_gemm {
 
 // Host side: sizes the persistent grid from the occupancy and launches (programmatic serialization optional).
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster,
-          bool kPingPong>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
 cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const CUtensorMap& tmap_b_full,
                    const GroupedGemmArgs& args, int sm_count, cudaStream_t stream, bool programmatic) {
-    using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>;
+    using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
     void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, GroupedGemmArgs) = nullptr;
     if constexpr (L::kStreamsBesideGather) {
-        kernel = groupedGemmKernelBesideGather<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens,
-                                               kCluster, kPingPong>;
-    } else {
         kernel =
-            groupedGemmKernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>;
+            groupedGemmKernelBesideGather<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
+    } else {
+        kernel = groupedGemmKernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
     }
     const size_t smem = L::bytes(args.num_experts);
     // The shared-memory limit is raised to the most any expert count needs.
@@ -97,10 +95,10 @@ cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const CUt
         constexpr TileShape s = k##name##Shape;                                                                       \
         return gate_up ? grouped_gemm::launch<true, s.consumers, s.m_blocks, s.block_tokens,                          \
                                               (s.gate_up_stages > 0 ? s.gate_up_stages : s.stages), s.tma_tokens,     \
-                                              s.cluster, s.ping_pong>(tmap_a, tmap_b, tmap_b_full, args, sm_count,    \
-                                                                      stream, programmatic)                           \
+                                              s.cluster>(tmap_a, tmap_b, tmap_b_full, args, sm_count, stream,         \
+                                                         programmatic)                                                \
                        : grouped_gemm::launch<false, s.consumers, s.m_blocks, s.block_tokens, s.stages, s.tma_tokens, \
-                                              s.cluster, s.ping_pong>(tmap_a, tmap_b, tmap_b_full, args, sm_count,    \
-                                                                      stream, programmatic);                          \
+                                              s.cluster>(tmap_a, tmap_b, tmap_b_full, args, sm_count, stream,         \
+                                                         programmatic);                                               \
     }                                                                                                                 \
     }

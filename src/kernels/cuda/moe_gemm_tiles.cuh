@@ -1,5 +1,6 @@
 // Geometry of the grouped expert GEMMs (moe_grouped_gemm.cuh): the shared-memory layout of one CTA, the work items
-// of the expert-major list and how an item number decodes into one, and the small conversions of the epilogue.
+// of the expert-major list and how an item number decodes into one (and the L2 policy of its weight copies), and the
+// small conversions of the epilogue.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -10,6 +11,7 @@
 #include "kernels/cuda/moe_grouped_gemm.h"
 #include "kernels/cuda/moe_stages.h"
 #include "kernels/cuda/moe_token_tiles.cuh"
+#include "kernels/cuda/sm90_ptx.cuh"
 
 namespace afd::kernels::cuda::grouped_gemm {
 
@@ -18,13 +20,9 @@ inline constexpr int kRowBytes = 128;
 inline constexpr int kWarpgroup = 128;  // threads
 inline constexpr int kWeightRowsPerConsumer = 64;
 
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster,
-          bool kPingPong>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
 struct Layout {
-    // Ping-pong (kPingPong): each consumer warpgroup computes whole items of its own (the CTA's items alternate
-    // between the two), so one consumer's epilogue runs while the other's wgmma use the tensor cores; otherwise the
-    // consumers split each item's weight rows and store their parts together.
-    static constexpr int kBlocks = kPingPong ? kMBlocks : kConsumers * kMBlocks;  // 64-row blocks per item
+    static constexpr int kBlocks = kConsumers * kMBlocks;                         // 64-row blocks per item
     static constexpr int kABytes = kBlocks * kWeightRowsPerConsumer * kRowBytes;  // per stage
     static constexpr int kBBytes = kBlockTokens * kRowBytes;                      // per stage
     // Tokens per epilogue pass (32 for tiles over 256 tokens, whose four stages leave room for no more staging;
@@ -46,12 +44,9 @@ struct Layout {
     // a ring in rank 1's shared memory (full barriers and words there, empty barriers in rank 0).
     static constexpr int kPairBarOffset = kItemRingOffset + kItemSlots * 8;  // 8-byte aligned after the ring
     static constexpr int kPairRingOffset = kPairBarOffset + 2 * kItemSlots * 8;
-    // Ping-pong: order[c] completes when the other consumer has issued the mainloop of its item (kWarpgroup arrivals),
-    // so the consumers' mainloops alternate and each one's stage waits stay within one barrier phase.
-    static constexpr int kOrderBarOffset = (kPairRingOffset + kItemSlots * 4 + 7) / 8 * 8;
-    static constexpr int kPrefixOffset = kOrderBarOffset + 2 * 8;
+    static constexpr int kPrefixOffset = kPairRingOffset + kItemSlots * 4;
     // Threads that read each handed-over item: the consumers (the producer's single TMA thread takes them).
-    static constexpr int kItemReaders = kPingPong ? kWarpgroup : kConsumers * kWarpgroup;
+    static constexpr int kItemReaders = kConsumers * kWarpgroup;
     // After the prefixes [2 (E + 1)]: fused-routing scratch, ids and slot tokens [kFusedRoutingEntries] each,
     // counts [E].
     static constexpr int kThreads = kWarpgroup * (kConsumers + 1);
@@ -84,10 +79,7 @@ struct Layout {
         kGateUp && kTmaTokens && kCluster == 1 && kMBlocks == 1 && kBlockTokens <= 128;
     static constexpr int kBesideGatherRegs = 128;
     // Arrivals that release a stage: every consumer thread (one CTA), or one per consumer warp of each CTA.
-    static constexpr int kEmptyArrivals =
-        kPingPong ? kWarpgroup : (kCluster == 1 ? kConsumers * kWarpgroup : kCluster * kConsumers * 4);
-    static_assert(!kPingPong || (kConsumers == 2 && kTmaTokens && kCluster == 1 && !kRebalanceRegs),
-                  "ping-pong: two consumers, token tiles by TMA, one CTA, no register rebalancing");
+    static constexpr int kEmptyArrivals = kCluster == 1 ? kConsumers * kWarpgroup : kCluster * kConsumers * 4;
 
     // Dynamic shared memory: 1024 bytes of alignment slack + the fixed part + prefixes + fused-routing scratch (the
     // cp.async token shapes only: the fused routing is theirs).
@@ -138,6 +130,14 @@ __device__ __forceinline__ Item decodeItem(int it, const int* tiles, const int* 
     item.slot_base = slots[lo] + first;
     item.expert_tiles = m_tiles;
     return item;
+}
+
+// L2 policy of an item's weight copies: evict_first when each weight tile is read by about one item
+// (GroupedGemmArgs::weights_read_once), except, with weights_shared_per_item, for the items of an expert with several
+// token tiles, whose other tiles' items read the same weights at about the same time.
+__device__ __forceinline__ uint64_t weightCachePolicy(const GroupedGemmArgs& args, const Item& item) {
+    const bool first = args.weights_read_once && !(args.weights_shared_per_item && item.expert_tiles > 1);
+    return first ? sm90::policyEvictFirst() : sm90::policyEvictNormal();
 }
 
 // Tiles over 256 tokens: the narrowest wgmma N they run, and the step of N above 128. Each N is one instantiation of

@@ -40,16 +40,16 @@
 #include "kernels/cuda/moe_fused_routing.cuh"
 #include "kernels/cuda/moe_gemm_tiles.cuh"
 #include "kernels/cuda/moe_grouped_gemm.h"
+#include "kernels/cuda/moe_slot_gather.cuh"
 #include "kernels/cuda/moe_stages.h"
 #include "kernels/cuda/sm90_ptx.cuh"
 #include "kernels/cuda/sm90_wgmma.cuh"
 
 namespace afd::kernels::cuda::grouped_gemm {
 
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster,
-          bool kPingPong>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
 struct Kernel {
-    using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>;
+    using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
 
     struct Shared {
         uint8_t* base;
@@ -72,7 +72,6 @@ struct Kernel {
         uint64_t* pair_full;   // kCluster = 2: [kItemSlots] the item words rank 0 sent to rank 1
         uint64_t* pair_empty;  // [kItemSlots] rank 1 has read them
         int* pair_ring;        // [kItemSlots]
-        uint64_t* order;       // kPingPong: [2] consumer c may start its next mainloop (Layout::kOrderBarOffset)
     };
 
     // mbarWait, with the trap out of line where setmaxnreg raised the consumers' registers (mbarWaitColdTrap).
@@ -261,20 +260,14 @@ struct Kernel {
         }
     }
 
-    // L2 policy of an item's weight copies: evict_first when each weight tile is read by about one item
-    // (GroupedGemmArgs::weights_read_once), except, with weights_shared_per_item, for the items of an expert with
-    // several token tiles, whose other tiles' items read the same weights at about the same time.
-    __device__ __forceinline__ static uint64_t weightPolicy(const GroupedGemmArgs& args, const Item& item) {
-        const bool first = args.weights_read_once && !(args.weights_shared_per_item && item.expert_tiles > 1);
-        return first ? sm90::policyEvictFirst() : sm90::policyEvictNormal();
-    }
-
     __device__ static void produce(const CUtensorMap* tmap, const CUtensorMap* tmap_b, const CUtensorMap* tmap_b_full,
                                    const GroupedGemmArgs& args, const Shared& sh, int total_items, int k_blocks) {
         const int ptid = threadIdx.x;
         if constexpr (kGateUp && kTmaTokens) {
             if (args.gather_x != nullptr && ptid >= 32) {
-                gatherSlots(args, sh, (ptid >> 5) - 1);  // warps 1-3; the TMA thread goes on below
+                // Warps 1-3 copy token rows (NOTE: rows = experts for the token-TMA shapes); the TMA thread goes on.
+                gatherSlotsByWarps<kGatherVectors, 3>(args.gather_x, args.slot_token, args.gather_out, args.k, sh.slots,
+                                                      sh.rows, args.gathered, (ptid >> 5) - 1);
                 return;
             }
         }
@@ -297,7 +290,7 @@ struct Kernel {
             for (int it = sh.item_begin; prefetch_first && it < total_items && prefetched < kStages;
                  it += sh.item_stride) {
                 const Item item = itemAt(it, args, sh);
-                const uint64_t policy = weightPolicy(args, item);
+                const uint64_t policy = weightCachePolicy(args, item);
                 for (int kb = 0; kb < k_blocks && prefetched < kStages; ++kb, ++prefetched) {
                     if (ptid == 0) {
                         issueWeights(tmap, args, sh, prefetched, item, kb, policy);
@@ -340,9 +333,6 @@ struct Kernel {
             if (sh.dynamic) {
                 publishItem(sh, n, it < total_items ? it : -1);
                 if (it >= total_items) {
-                    if constexpr (kPingPong) {
-                        publishItem(sh, n + 1, -1);  // the other consumer's next item: none either
-                    }
                     if (sh.rank == 0) {
                         finishTaking(args);
                     }
@@ -356,7 +346,7 @@ struct Kernel {
                 break;
             }
             const Item item = itemAt(it, args, sh);
-            const uint64_t policy = weightPolicy(args, item);
+            const uint64_t policy = weightCachePolicy(args, item);
             const int npad = paddedTokens<kBlockTokens>(item.ntok);
             int offsets[L::kRowsPerThread];
             if constexpr (!kTmaTokens) {
@@ -373,8 +363,12 @@ struct Kernel {
                 }
                 if constexpr (kTmaTokens) {
                     if constexpr (kGateUp) {
-                        if (kb == 0 && args.gathered != nullptr) {
-                            waitGathered(args, sh, item, ready_expert);
+                        // The item's expert's rows of x_sorted are written (once per run of items of one expert).
+                        // NOTE: rows = experts (no fused routing for the token-TMA shapes): row e is expert e.
+                        if (kb == 0 && args.gathered != nullptr && item.expert != ready_expert) {
+                            waitExpertRows(args.gathered, item.expert,
+                                           sh.slots[item.expert + 1] - sh.slots[item.expert]);
+                            ready_expert = item.expert;
                         }
                     }
                     issueTokenBoxes(tmap_b, tmap_b_full, sh, stage, item, npad, kb, token_policy);
@@ -386,7 +380,7 @@ struct Kernel {
         }
         if constexpr (kGateUp && kTmaTokens) {
             if (args.gathered != nullptr) {
-                releaseGathered(args);
+                releaseGatheredCounts(args.gathered, args.gathered_exit, args.num_experts);
             }
         }
         if (ptid == 0) {
@@ -394,94 +388,9 @@ struct Kernel {
         }
     }
 
-    // Gate-up kernels that gather their own token rows (GroupedGemmArgs::gather_x): the producer's warps 1-3 of every
-    // CTA copy rows of x into x_sorted in slot order, in groups of kGatherGroup slots dealt round robin over the grid's
-    // gather warps (so the experts complete in slot order, the order of the items), and add each group's rows to their
-    // experts' counts with release once the warp's stores are done. Nothing here waits, so every count completes.
-    static constexpr int kGatherWarps = 3;
-    static constexpr int kGatherGroup = 8;
-    // 16-byte vectors of a row each lane holds at once: the producer of the register-rebalanced shapes has 72.
+    // 16-byte vectors of a row each lane of a gathering warp holds at once: the producer of the register-rebalanced
+    // shapes has 72 registers.
     static constexpr int kGatherVectors = L::kRebalanceRegs ? 4 : 8;
-    __device__ static void gatherSlots(const GroupedGemmArgs& args, const Shared& sh, int gather_warp) {
-        const int lane = threadIdx.x & 31;
-        const int total = sh.slots[sh.rows];
-        const int row_vectors = args.k / 8;  // gate-up: k = hidden
-        const int stride = static_cast<int>(gridDim.x) * kGatherWarps * kGatherGroup;
-        for (int group = (static_cast<int>(blockIdx.x) * kGatherWarps + gather_warp) * kGatherGroup; group < total;
-             group += stride) {
-            const int end = min(group + kGatherGroup, total);
-#pragma unroll 1
-            for (int s = group; s < end; ++s) {
-                const int64_t token = __ldg(args.slot_token + s);
-                const uint4* src = reinterpret_cast<const uint4*>(args.gather_x + token * args.k);
-                uint4* dst = reinterpret_cast<uint4*>(args.gather_out + static_cast<int64_t>(s) * args.k);
-#pragma unroll 1
-                for (int v0 = 0; v0 < row_vectors; v0 += 32 * kGatherVectors) {
-                    uint4 row[kGatherVectors];
-#pragma unroll
-                    for (int q = 0; q < kGatherVectors; ++q) {
-                        const int v = v0 + q * 32 + lane;
-                        if (v < row_vectors) {
-                            row[q] = __ldg(src + v);
-                        }
-                    }
-#pragma unroll
-                    for (int q = 0; q < kGatherVectors; ++q) {
-                        const int v = v0 + q * 32 + lane;
-                        if (v < row_vectors) {
-                            dst[v] = row[q];
-                        }
-                    }
-                }
-            }
-            __syncwarp();  // every lane's stores are ordered before lane 0's release
-            if (lane == 0) {
-                // NOTE: rows = experts (no fused routing for the token-TMA shapes). The last expert whose first slot
-                // is <= group, then the next ones up to end.
-                int lo = 0;
-                int hi = sh.rows - 1;
-                while (lo < hi) {
-                    const int mid = (lo + hi + 1) >> 1;
-                    if (sh.slots[mid] <= group) {
-                        lo = mid;
-                    } else {
-                        hi = mid - 1;
-                    }
-                }
-                for (int first = group, e = lo; first < end; ++e) {
-                    const int last = min(end, sh.slots[e + 1]);
-                    if (last > first) {
-                        sm90::redAddReleaseGpu(args.gathered + e, last - first);
-                        first = last;
-                    }
-                }
-            }
-        }
-    }
-
-    // Gate-up kernel beside the slot-order gather (or gathering its own rows): waits until the gather has written every
-    // row of the item's expert (once per run of items of one expert), then orders the TMA loads of those rows after
-    // that acquire.
-    __device__ __forceinline__ static void waitGathered(const GroupedGemmArgs& args, const Shared& sh, const Item& item,
-                                                        int& ready_expert) {
-        if (item.expert == ready_expert) {
-            return;
-        }
-        // NOTE: rows = experts (no fused routing for the token-TMA shapes): row e is expert e.
-        sm90::waitAtLeastAcquire(args.gathered + item.expert, sh.slots[item.expert + 1] - sh.slots[item.expert]);
-        sm90::fenceProxyAsyncGlobal();
-        ready_expert = item.expert;
-    }
-
-    // The producer has issued its last copy, so it reads the counts no more: the last CTA to get here zeroes them.
-    __device__ __forceinline__ static void releaseGathered(const GroupedGemmArgs& args) {
-        if (atomicAdd(args.gathered_exit, 1) == static_cast<int>(gridDim.x) - 1) {
-            for (int e = 0; e < args.num_experts; ++e) {
-                args.gathered[e] = 0;
-            }
-            *args.gathered_exit = 0;
-        }
-    }
 
     // Writes the item's outputs from the accumulator through the consumer's staging buffer, 64 tokens a pass.
     template <int N>
@@ -540,9 +449,6 @@ struct Kernel {
         }
     }
 
-    // The first 64-row block of an item's weight tile that consumer wg computes: all of them in ping-pong.
-    __device__ __forceinline__ static constexpr int firstBlock(int wg) { return kPingPong ? 0 : wg * kMBlocks; }
-
     template <int N>
     __device__ __forceinline__ static void consumeItem(const GroupedGemmArgs& args, const Shared& sh, const Item& item,
                                                        int k_blocks, int& iter, int wg, int ctid) {
@@ -566,7 +472,7 @@ struct Kernel {
                 sm90::fenceProxyAsyncShared();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
             }
             const uint64_t desc_a = sm90::makeSmemDesc(sh.base + L::kAOffset + stage * L::kABytes +
-                                                       firstBlock(wg) * kWeightRowsPerConsumer * kRowBytes);
+                                                       wg * kMBlocks * kWeightRowsPerConsumer * kRowBytes);
             const uint64_t desc_b = sm90::makeSmemDesc(sh.base + L::kBOffset + stage * L::kBBytes);
 #pragma unroll
             for (int mb = 0; mb < kMBlocks; ++mb) {
@@ -586,12 +492,6 @@ struct Kernel {
                 }
             }
             sm90::wgmmaCommit();
-            if constexpr (kPingPong) {
-                if (kb == k_blocks - 1) {
-                    sm90::mbarArrive(
-                        &sh.order[wg ^ 1]);  // every wgmma of this item is issued: the other consumer's turn
-                }
-            }
 #pragma unroll
             for (int mb = 0; mb < kMBlocks; ++mb) {
 #pragma unroll
@@ -626,7 +526,7 @@ struct Kernel {
         }
 #pragma unroll
         for (int mb = 0; mb < kMBlocks; ++mb) {
-            const int block = firstBlock(wg) + mb;
+            const int block = wg * kMBlocks + mb;
             epilogue<N>(acc[mb], args, sh, item, wg, block, ctid);
             if constexpr (!kGateUp) {
                 if (args.combine.out != nullptr) {
@@ -665,45 +565,6 @@ struct Kernel {
         }
     }
 
-    // One item by the consumer instantiation of its wgmma width.
-    __device__ __forceinline__ static void consumeAny(const GroupedGemmArgs& args, const Shared& sh, const Item& item,
-                                                      int k_blocks, int& iter, int wg, int ctid) {
-        // No code for widths paddedTokens never returns (below kMinPaddedTokens, above kBlockTokens).
-        constexpr int kMinN = kMinPaddedTokens<kBlockTokens>;
-        switch (paddedTokens<kBlockTokens>(item.ntok)) {
-            case 8:
-                if constexpr (kMinN <= 8) consumeItem<8>(args, sh, item, k_blocks, iter, wg, ctid);
-                break;
-            case 16:
-                if constexpr (kBlockTokens >= 16 && kMinN <= 16) {
-                    consumeItem<16>(args, sh, item, k_blocks, iter, wg, ctid);
-                }
-                break;
-            case 32:
-                if constexpr (kBlockTokens >= 32 && kMinN <= 32) {
-                    consumeItem<32>(args, sh, item, k_blocks, iter, wg, ctid);
-                }
-                break;
-            case 64:
-                if constexpr (kBlockTokens >= 64 && kMinN <= 64) {
-                    consumeItem<64>(args, sh, item, k_blocks, iter, wg, ctid);
-                }
-                break;
-            case 128:
-                if constexpr (kBlockTokens >= 128) consumeItem<128>(args, sh, item, k_blocks, iter, wg, ctid);
-                break;
-            default:
-                // 256, or 160, 192 … kBlockTokens in tiles over 256 tokens (paddedTokens)
-                if constexpr (kBlockTokens > 256) {
-                    consumeWide<128 + kWideStep>(paddedTokens<kBlockTokens>(item.ntok), args, sh, item, k_blocks, iter,
-                                                 wg, ctid);
-                } else if constexpr (kBlockTokens == 256) {
-                    consumeItem<256>(args, sh, item, k_blocks, iter, wg, ctid);
-                }
-                break;
-        }
-    }
-
     __device__ static void consume(const GroupedGemmArgs& args, const Shared& sh, int total_items, int k_blocks,
                                    int wg) {
         const int ctid = threadIdx.x - kWarpgroup * (wg + 1);
@@ -717,33 +578,47 @@ struct Kernel {
                 }
             }
         }
-        if constexpr (kPingPong) {
-            // The CTA's items alternate between the consumers (n = wg, wg + 2, ...); the stages of the CTA's n-th item
-            // are iterations [n k_blocks, (n + 1) k_blocks) of the ring. Each mainloop starts once the other
-            // consumer has issued the previous item's (order barriers), so the two alternate on the tensor cores.
-            for (int n = wg, j = 0;; n += 2, ++j) {
-                const int it = sh.dynamic ? takeItem(sh, n) : sh.item_begin + n * sh.item_stride;
-                if (it < 0 || it >= total_items) {
-                    break;
-                }
-                if (wg == 1 || j > 0) {
-                    waitBar(&sh.order[wg], static_cast<uint32_t>(wg == 1 ? j : j - 1) & 1);
-                }
-                int iter = n * k_blocks;
-                consumeAny(args, sh, itemAt(it, args, sh), k_blocks, iter, wg, ctid);
-                if (wg == 0 && ctid == 0) {
-                    trace(args, kTraceItems, static_cast<uint64_t>(++consumed));
-                }
+        int iter = 0;
+        int taken = 0;
+        for (int it = sh.dynamic ? takeItem(sh, taken++) : sh.item_begin; it >= 0 && it < total_items;
+             it = sh.dynamic ? takeItem(sh, taken++) : it + sh.item_stride) {
+            const Item item = itemAt(it, args, sh);
+            if (wg == 0 && ctid == 0) {
+                trace(args, kTraceItems, static_cast<uint64_t>(++consumed));
             }
-        } else {
-            int iter = 0;
-            int taken = 0;
-            for (int it = sh.dynamic ? takeItem(sh, taken++) : sh.item_begin; it >= 0 && it < total_items;
-                 it = sh.dynamic ? takeItem(sh, taken++) : it + sh.item_stride) {
-                if (wg == 0 && ctid == 0) {
-                    trace(args, kTraceItems, static_cast<uint64_t>(++consumed));
-                }
-                consumeAny(args, sh, itemAt(it, args, sh), k_blocks, iter, wg, ctid);
+            // No code for widths paddedTokens never returns (below kMinPaddedTokens, above kBlockTokens).
+            constexpr int kMinN = kMinPaddedTokens<kBlockTokens>;
+            switch (paddedTokens<kBlockTokens>(item.ntok)) {
+                case 8:
+                    if constexpr (kMinN <= 8) consumeItem<8>(args, sh, item, k_blocks, iter, wg, ctid);
+                    break;
+                case 16:
+                    if constexpr (kBlockTokens >= 16 && kMinN <= 16) {
+                        consumeItem<16>(args, sh, item, k_blocks, iter, wg, ctid);
+                    }
+                    break;
+                case 32:
+                    if constexpr (kBlockTokens >= 32 && kMinN <= 32) {
+                        consumeItem<32>(args, sh, item, k_blocks, iter, wg, ctid);
+                    }
+                    break;
+                case 64:
+                    if constexpr (kBlockTokens >= 64 && kMinN <= 64) {
+                        consumeItem<64>(args, sh, item, k_blocks, iter, wg, ctid);
+                    }
+                    break;
+                case 128:
+                    if constexpr (kBlockTokens >= 128) consumeItem<128>(args, sh, item, k_blocks, iter, wg, ctid);
+                    break;
+                default:
+                    // 256, or 160, 192 … kBlockTokens in tiles over 256 tokens (paddedTokens)
+                    if constexpr (kBlockTokens > 256) {
+                        consumeWide<128 + kWideStep>(paddedTokens<kBlockTokens>(item.ntok), args, sh, item, k_blocks,
+                                                     iter, wg, ctid);
+                    } else if constexpr (kBlockTokens == 256) {
+                        consumeItem<256>(args, sh, item, k_blocks, iter, wg, ctid);
+                    }
+                    break;
             }
         }
         if (wg == 0 && ctid == 0) {
@@ -753,11 +628,10 @@ struct Kernel {
 };
 
 // The kernel's body; tmap, tmap_b and tmap_b_full point at the kernel's __grid_constant__ parameters.
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster,
-          bool kPingPong>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
 __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUtensorMap* tmap_b,
                                             const CUtensorMap* tmap_b_full, const GroupedGemmArgs& args) {
-    using K = Kernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>;
+    using K = Kernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
     using L = typename K::L;
     extern __shared__ uint8_t smem_raw[];
     if (threadIdx.x == 0) {
@@ -790,7 +664,6 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     sh.pair_full = reinterpret_cast<uint64_t*>(base + L::kPairBarOffset);
     sh.pair_empty = sh.pair_full + L::kItemSlots;
     sh.pair_ring = reinterpret_cast<int*>(base + L::kPairRingOffset);
-    sh.order = reinterpret_cast<uint64_t*>(base + L::kOrderBarOffset);
 
     if (threadIdx.x == 0) {
         sm90::prefetchTensorMap(tmap);
@@ -808,8 +681,6 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
             sm90::mbarInit(&sh.pair_full[s], 1);
             sm90::mbarInit(&sh.pair_empty[s], 1);
         }
-        sm90::mbarInit(&sh.order[0], kWarpgroup);
-        sm90::mbarInit(&sh.order[1], kWarpgroup);
         sm90::fenceBarrierInit();
     }
     // The gate-up kernel that streams beside the gather waits for it in its roles (as the down kernel does): its
@@ -898,28 +769,26 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     }
 }
 
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster,
-          bool kPingPong>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
 __global__ void __launch_bounds__(
     kWarpgroup*(kConsumers + 1),
-    Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>::kMinCtasPerSm)
+    Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>::kMinCtasPerSm)
     groupedGemmKernel(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
                       const __grid_constant__ CUtensorMap tmap_b_full, const GroupedGemmArgs args) {
-    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>(
-        &tmap, &tmap_b, &tmap_b_full, args);
+    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>(&tmap, &tmap_b,
+                                                                                            &tmap_b_full, args);
 }
 
 // The same kernel with its registers capped at Layout::kBesideGatherRegs instead of the launch bounds' whole register
 // file, for the gate-up kernels that stream beside the gather (Layout::kStreamsBesideGather; nvcc takes one of the
 // two qualifiers per kernel).
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster,
-          bool kPingPong>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
 __global__ void __maxnreg__(
-    (Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>::kBesideGatherRegs))
+    (Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>::kBesideGatherRegs))
     groupedGemmKernelBesideGather(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
                                   const __grid_constant__ CUtensorMap tmap_b_full, const GroupedGemmArgs args) {
-    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster, kPingPong>(
-        &tmap, &tmap_b, &tmap_b_full, args);
+    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>(&tmap, &tmap_b,
+                                                                                            &tmap_b_full, args);
 }
 
 }  // namespace afd::kernels::cuda::grouped_gemm

@@ -116,10 +116,6 @@ struct TileShape {
     // items from the start while the down kernel's CTAs beside them only fill their pipelines and wait, so the
     // gate-up kernel gets the deeper pipeline.
     int gate_up_stages = 0;
-    // Each consumer warpgroup computes whole items (m_blocks blocks of 64 weight rows), the CTA's items alternating
-    // between the two, so that one consumer's epilogue overlaps the other's wgmma (token-TMA shapes with two
-    // consumers; moe_gemm_tiles.cuh, Layout::kBlocks).
-    bool ping_pong = false;
 };
 // NOTE: the .cu file of each configuration instantiates its kernels from these constants.
 inline constexpr TileShape kTiny8Shape{1, 1, 8, 5, false, 1, 6};
@@ -137,8 +133,6 @@ inline constexpr TileShape kWide256GatherShape{2, 1, 256, 4, false, 1};
 inline constexpr TileShape kTall128Shape{2, 2, 128, 4, true, 1};
 inline constexpr TileShape kWide128PairShape{2, 1, 128, 6, true, 2};
 inline constexpr TileShape kWide256PairShape{2, 1, 256, 4, true, 2};
-// Ping-pong: items of 128 weight rows x 128 tokens, one consumer each (128 accumulators per thread, as wide256).
-inline constexpr TileShape kPingPong128Shape{2, 2, 128, 6, true, 1, 0, true};
 TileShape tileShape(MoeTileConfig config);
 
 // Tokens of each tile of an expert that needs more than one (moe_token_tiles.cuh): shapes with tiles over 256 tokens
@@ -148,9 +142,8 @@ __host__ __device__ constexpr int multiTileTokens(int block_tokens) { return blo
 
 // Output columns one item covers: gate-up 32 per 64-row block (intermediate columns), down 64 per block. A
 // cluster's items together cover `cluster` times as many.
-inline int blocksPerItem(const TileShape& s) { return s.ping_pong ? s.m_blocks : s.consumers * s.m_blocks; }
-inline int gateUpColumnsPerItem(const TileShape& s) { return 32 * blocksPerItem(s); }
-inline int downRowsPerItem(const TileShape& s) { return 64 * blocksPerItem(s); }
+inline int gateUpColumnsPerItem(const TileShape& s) { return 32 * s.consumers * s.m_blocks; }
+inline int downRowsPerItem(const TileShape& s) { return 64 * s.consumers * s.m_blocks; }
 
 // Launches the persistent gate-up (gate_up) or down kernel of a configuration on `stream` (one .cu file each);
 // returns the launch status. `tmap_a` describes the weights: gate-up the 5-D interleaved view of w13 with box
@@ -176,7 +169,6 @@ AFD_DECLARE_GROUPED_GEMM(Wide256Gather);
 AFD_DECLARE_GROUPED_GEMM(Tall128);
 AFD_DECLARE_GROUPED_GEMM(Wide128Pair);
 AFD_DECLARE_GROUPED_GEMM(Wide256Pair);
-AFD_DECLARE_GROUPED_GEMM(PingPong128);
 #undef AFD_DECLARE_GROUPED_GEMM
 
 }  // namespace afd::kernels::cuda

@@ -1,0 +1,107 @@
+// Slot-order gather of x into x_sorted, shared by the gather kernel that runs beside wide128's gate-up kernel
+// (moe_gather.cu) and the gate-up kernels that copy their own token rows (moe_grouped_gemm.cuh): a warp copies each
+// row, and once a group of slots is written its rows are added to their experts' counts with release, which the gate-up
+// producers wait for (acquire) before their token TMA loads.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/sm90_ptx.cuh"
+
+namespace afd::kernels::cuda {
+
+// One row of row_vectors 16-byte vectors from src to dst by the 32 lanes of a warp, kVectors per lane in flight.
+template <int kVectors>
+__device__ __forceinline__ void copyRowByWarp(const uint4* src, uint4* dst, int lane, int row_vectors) {
+#pragma unroll 1
+    for (int v0 = 0; v0 < row_vectors; v0 += 32 * kVectors) {
+        uint4 row[kVectors];
+#pragma unroll
+        for (int q = 0; q < kVectors; ++q) {
+            const int v = v0 + q * 32 + lane;
+            if (v < row_vectors) {
+                row[q] = __ldg(src + v);
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < kVectors; ++q) {
+            const int v = v0 + q * 32 + lane;
+            if (v < row_vectors) {
+                dst[v] = row[q];
+            }
+        }
+    }
+}
+
+// Adds the written slots [first, end) to their experts' counts in `gathered` (release: the caller has ordered its
+// threads' row stores before this, with a warp or CTA barrier). offsets [num_experts + 1] are the experts' first slots.
+__device__ __forceinline__ void countGatheredSlots(const int* offsets, int num_experts, int first, int end,
+                                                   int32_t* gathered) {
+    // The last expert whose first slot is <= first, then the next ones up to end.
+    int lo = 0;
+    int hi = num_experts - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (offsets[mid] <= first) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    for (int e = lo; first < end; ++e) {
+        const int last = min(end, offsets[e + 1]);
+        if (last > first) {
+            sm90::redAddReleaseGpu(gathered + e, last - first);
+            first = last;
+        }
+    }
+}
+
+// Gate-up kernels that copy their own token rows (GroupedGemmArgs::gather_x): kWarpsPerCta warps of every CTA (warp
+// warp_in_cta here) copy x [T, hidden] into x_sorted in slot order, groups of kGroup slots dealt round robin over the
+// grid's gathering warps, so the experts complete in slot order (the order of the GEMM items), and count each group
+// once its rows are written. Nothing here waits, so every count completes. offsets [num_experts + 1].
+template <int kVectors, int kWarpsPerCta, int kGroup = 8>
+__device__ void gatherSlotsByWarps(const uint16_t* x, const int32_t* slot_token, uint16_t* x_sorted, int hidden,
+                                   const int* offsets, int num_experts, int32_t* gathered, int warp_in_cta) {
+    const int lane = threadIdx.x & 31;
+    const int total = offsets[num_experts];
+    const int stride = static_cast<int>(gridDim.x) * kWarpsPerCta * kGroup;
+    for (int group = (static_cast<int>(blockIdx.x) * kWarpsPerCta + warp_in_cta) * kGroup; group < total;
+         group += stride) {
+        const int end = min(group + kGroup, total);
+#pragma unroll 1
+        for (int s = group; s < end; ++s) {
+            const int64_t token = __ldg(slot_token + s);
+            copyRowByWarp<kVectors>(reinterpret_cast<const uint4*>(x + token * hidden),
+                                    reinterpret_cast<uint4*>(x_sorted + static_cast<int64_t>(s) * hidden), lane,
+                                    hidden / 8);
+        }
+        __syncwarp();  // every lane's stores are ordered before lane 0's release
+        if (lane == 0) {
+            countGatheredSlots(offsets, num_experts, group, end, gathered);
+        }
+    }
+}
+
+// A gate-up producer about to load an expert's token rows by TMA: waits until `rows` of them are counted (acquire),
+// then orders its later TMA loads (async proxy) after what that made visible.
+__device__ __forceinline__ void waitExpertRows(const int32_t* gathered, int expert, int rows) {
+    sm90::waitAtLeastAcquire(gathered + expert, rows);
+    sm90::fenceProxyAsyncGlobal();
+}
+
+// A gate-up producer that has issued its last copy reads the counts no more: the last CTA of the grid to get here
+// zeroes them and the exit count, for the next launch.
+__device__ __forceinline__ void releaseGatheredCounts(int32_t* gathered, int32_t* exit_count, int num_experts) {
+    if (atomicAdd(exit_count, 1) == static_cast<int>(gridDim.x) - 1) {
+        for (int e = 0; e < num_experts; ++e) {
+            gathered[e] = 0;
+        }
+        *exit_count = 0;
+    }
+}
+
+}  // namespace afd::kernels::cuda
