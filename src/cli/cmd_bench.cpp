@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_flag_checks.h"
 #include "cli/commands.h"
 #include "core/exit_codes.h"
 #include "core/logging.h"
@@ -89,23 +90,10 @@ int runBenchMoe(BenchMoeFlags& flags) {
             return core::kExitBadConfig;
         }
     }
-    for (const int64_t t : flags.options.tokens) {
-        if (t < 1) {
-            AFD_LOG_ERROR("bench moe: --tokens: {} must be >= 1", t);
-            return core::kExitBadConfig;
-        }
-    }
     const auto& o = flags.options;
-    if (o.hidden % 64 != 0) {
-        AFD_LOG_ERROR("bench moe: --hidden: {} must be a multiple of 64", o.hidden);
-        return core::kExitBadConfig;
-    }
-    if (o.inter % 32 != 0) {
-        AFD_LOG_ERROR("bench moe: --inter: {} must be a multiple of 32", o.inter);
-        return core::kExitBadConfig;
-    }
-    if (o.top_k > o.experts) {
-        AFD_LOG_ERROR("bench moe: --top-k: {} exceeds --experts {}", o.top_k, o.experts);
+    constexpr const char* kCommand = "bench moe";
+    if (!tokensAtLeastOne(kCommand, o.tokens) || !multipleOf(kCommand, "--hidden", o.hidden, 64) ||
+        !multipleOf(kCommand, "--inter", o.inter, 32) || !topKWithinExperts(kCommand, o.top_k, o.experts)) {
         return core::kExitBadConfig;
     }
     flags.options.stages = !flags.no_stages;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/bench_flag_checks.h"
 #include "cli/commands.h"
 #include "core/exit_codes.h"
 #include "core/logging.h"
@@ -54,23 +55,10 @@ bool writeCsv(const std::string& path, const kernels::cuda::RouterBenchResult& r
 }
 
 int runBenchRouter(BenchRouterFlags& flags) {
-    for (const int64_t t : flags.options.tokens) {
-        if (t < 1) {
-            AFD_LOG_ERROR("bench router: --tokens: {} must be >= 1", t);
-            return core::kExitBadConfig;
-        }
-    }
     const auto& o = flags.options;
-    if (o.hidden % 16 != 0) {
-        AFD_LOG_ERROR("bench router: --hidden: {} must be a multiple of 16", o.hidden);
-        return core::kExitBadConfig;
-    }
-    if (o.experts % 32 != 0) {
-        AFD_LOG_ERROR("bench router: --experts: {} must be a multiple of 32", o.experts);
-        return core::kExitBadConfig;
-    }
-    if (o.top_k > o.experts) {
-        AFD_LOG_ERROR("bench router: --top-k: {} exceeds --experts {}", o.top_k, o.experts);
+    constexpr const char* kCommand = "bench router";
+    if (!tokensAtLeastOne(kCommand, o.tokens) || !multipleOf(kCommand, "--hidden", o.hidden, 16) ||
+        !multipleOf(kCommand, "--experts", o.experts, 32) || !topKWithinExperts(kCommand, o.top_k, o.experts)) {
         return core::kExitBadConfig;
     }
     flags.options.renormalize = !flags.no_renormalize;
