@@ -101,6 +101,9 @@ struct MoeCudaOptions {
     // time, find them in L2 (false: evict_first for every item). wide128 keeps evict_first (its batches are
     // memory-bound: T = 1024 with zipf routing measured 1 % slower, docs/cuda-moe-notes.md v11).
     bool shared_weights_evict_normal = true;
+    // w13 and w2 are in the packed layout of moePackWeightsCuda (each weight box of a stage is 8 KB of contiguous
+    // memory) instead of row-major.
+    bool packed_weights = false;
     // Diagnostics (afd bench moe --timeline): when non-null, a device buffer of 2 * kMoeTraceMaxCtas *
     // kMoeTraceSlots words into which each CTA of the gate-up (block 0) and down (block 1) GEMM kernels writes
     // %globaltimer stamps (ns) of the MoeTraceEvent points, and its item count.
@@ -125,6 +128,20 @@ inline constexpr int kMoeTraceMaxCtas = 1024;
 
 // The tile configuration moeForwardCuda uses for these params and options (never kAuto).
 MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions& options);
+
+// The expert weights of one layer in the layout the grouped GEMMs stream fastest (MoeCudaOptions::packed_weights):
+// blocks of 64 weight rows x 64 reduction columns, each block 8 KB of contiguous memory, the blocks of one item's
+// weight rows k-block after k-block (moe_pack_weights.cu has the index map). Sizes in bytes of the packed w13 and w2
+// (w2 pads the reduction length I up to a multiple of 64 with zeros).
+struct MoePackedWeightBytes {
+    size_t w13 = 0;
+    size_t w2 = 0;
+};
+MoePackedWeightBytes moePackedWeightBytes(int64_t num_experts, int64_t hidden, int64_t inter);
+// Packs row-major w13 [E, 2I, H] and w2 [E, H, I] (device memory) into w13_packed / w2_packed (device memory of
+// moePackedWeightBytes) on `stream`; asynchronous. hidden % 64 == 0, inter % 32 == 0.
+void moePackWeightsCuda(const core::Bf16* w13, const core::Bf16* w2, int64_t num_experts, int64_t hidden, int64_t inter,
+                        core::Bf16* w13_packed, core::Bf16* w2_packed, void* stream);
 
 // Bytes of device workspace moeForwardCuda needs for `num_tokens` tokens (size it with the largest T).
 size_t moeCudaWorkspaceBytes(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t hidden, int64_t inter);

@@ -56,6 +56,7 @@ struct Problem {
     std::vector<core::Bf16> x, w13, w2;
     test::RoutingTable routing;
     DeviceBuffer d_x, d_w13, d_w2, d_ids, d_weights, d_out, d_ws;
+    DeviceBuffer d_w13_packed, d_w2_packed;  // moePackWeightsCuda of d_w13, d_w2
 
     Problem(const Case& kase, std::mt19937& rng) : c(kase) {
         x = test::randomBf16(static_cast<size_t>(c.tokens * c.hidden), 1.0f, rng);
@@ -71,9 +72,18 @@ struct Problem {
         d_weights = DeviceBuffer::from(routing.weights);
         d_out = DeviceBuffer(static_cast<size_t>(c.tokens * c.hidden) * 2);
         d_ws = DeviceBuffer(moeCudaWorkspaceBytes(c.tokens, c.top_k, c.experts, c.hidden, c.inter));
+        const MoePackedWeightBytes packed = moePackedWeightBytes(c.experts, c.hidden, c.inter);
+        d_w13_packed = DeviceBuffer(packed.w13);
+        d_w2_packed = DeviceBuffer(packed.w2);
+        d_w13_packed.poison();
+        d_w2_packed.poison();
+        moePackWeightsCuda(d_w13.as<core::Bf16>(), d_w2.as<core::Bf16>(), c.experts, c.hidden, c.inter,
+                           d_w13_packed.as<core::Bf16>(), d_w2_packed.as<core::Bf16>(), nullptr);
+        AFD_CUDA_CHECK(cudaDeviceSynchronize());
     }
 
-    MoeParams params() const {
+    // Weights row-major, or packed (MoeCudaOptions::packed_weights).
+    MoeParams params(bool packed_weights = false) const {
         MoeParams p;
         p.num_tokens = c.tokens;
         p.hidden = c.hidden;
@@ -84,8 +94,8 @@ struct Problem {
         p.x = d_x.get();
         p.topk_ids = d_ids.as<int32_t>();
         p.topk_weights = d_weights.as<float>();
-        p.w13 = d_w13.as<core::Bf16>();
-        p.w2 = d_w2.as<core::Bf16>();
+        p.w13 = packed_weights ? d_w13_packed.as<core::Bf16>() : d_w13.as<core::Bf16>();
+        p.w2 = packed_weights ? d_w2_packed.as<core::Bf16>() : d_w2.as<core::Bf16>();
         p.out = d_out.get();
         return p;
     }
@@ -160,6 +170,7 @@ struct Mode {
     bool early_stage_release = true;
     bool gate_up_prefetch = true;
     bool slot_gather = true;
+    bool packed_weights = false;
 };
 
 // Each configuration with the default options; when the case is small enough for the fused paths, also with the
@@ -175,6 +186,7 @@ std::vector<Mode> configsAndFusionModes(const Case& c) {
     for (const MoeTileConfig t : configsFor(c)) {
         modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries});
         modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, false, false, false});
+        modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, true, true, true, true, true});
         if (loadsTokensByTma(t)) {
             modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, true, true, true, false});
         }
@@ -304,7 +316,6 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
         const auto ref_h = test::referenceGateUp(p.x, p.w13, p.routing.ids, c.tokens, c.hidden, c.inter, c.top_k);
         const auto ref_out = test::referenceMoe(p.x, p.w13, p.w2, p.routing, c.tokens, c.hidden, c.inter, c.top_k);
         const auto cpu_layer = engineCpuLayer(p);
-        const MoeParams params = p.params();
         for (const Mode& mode : configsAndFusionModes(c)) {
             SCOPED_TRACE(testing::Message()
                          << moeTileConfigName(mode.config) << (mode.fuse_routing ? " fused routing" : "")
@@ -312,7 +323,8 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
                          << (mode.dynamic_schedule ? "" : " static schedule")
                          << (mode.early_stage_release ? "" : " late stage release")
                          << (mode.gate_up_prefetch ? "" : " no gate-up prefetch")
-                         << (mode.slot_gather ? "" : " token-order gather"));
+                         << (mode.slot_gather ? "" : " token-order gather")
+                         << (mode.packed_weights ? " packed weights" : ""));
             MoeCudaOptions options;
             options.tile = mode.config;
             options.fuse_small_routing = mode.fuse_routing;
@@ -321,6 +333,8 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
             options.early_stage_release = mode.early_stage_release;
             options.gate_up_prefetch = mode.gate_up_prefetch;
             options.slot_gather = mode.slot_gather;
+            options.packed_weights = mode.packed_weights;
+            const MoeParams params = p.params(mode.packed_weights);
             const MoeTileConfig resolved = resolveMoeTileConfig(params, options);
             const MoeWorkspaceView view = moeWorkspaceView(params, p.d_ws.get(), p.d_ws.bytes());
 

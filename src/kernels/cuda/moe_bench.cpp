@@ -94,8 +94,10 @@ struct Layer {
     DeviceMemory x;
     DeviceMemory out;
     Layer(const MoeBenchOptions& o, int64_t max_tokens, int index, cudaStream_t stream)
-        : w13(static_cast<size_t>(o.experts * 2 * o.inter * o.hidden) * 2),
-          w2(static_cast<size_t>(o.experts * o.hidden * o.inter) * 2),
+        : w13(std::max(static_cast<size_t>(o.experts * 2 * o.inter * o.hidden) * 2,
+                       moePackedWeightBytes(o.experts, o.hidden, o.inter).w13)),
+          w2(std::max(static_cast<size_t>(o.experts * o.hidden * o.inter) * 2,
+                      moePackedWeightBytes(o.experts, o.hidden, o.inter).w2)),
           x(static_cast<size_t>(max_tokens * o.hidden) * 2),
           out(static_cast<size_t>(max_tokens * o.hidden) * 2) {
         const uint64_t seed = o.seed * 1000 + static_cast<uint64_t>(index) * 10;
@@ -263,6 +265,7 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 options.gate_up_prefetch = o.gate_up_prefetch;
                 options.slot_gather = o.slot_gather;
                 options.shared_weights_evict_normal = o.shared_weights_evict_normal;
+                options.packed_weights = o.packed_weights;
                 MoeBenchRow row;
                 row.tokens = tokens;
                 row.routing = kind;

@@ -168,6 +168,25 @@ bool interleavedGateUpMap(const core::Bf16* w13, int64_t experts, int64_t inter,
     return result == CUDA_SUCCESS;
 }
 
+// The 5-D view (k, row, k-block, 64-row unit, expert) of packed weights (moePackWeightsCuda) whose box
+// {64, 64, 1, units, 1} lands an item's `units` blocks of 64 rows for one k-block, each block 8 KB of contiguous
+// memory, in the same shared-memory order as the row-major views.
+CUtensorMap packedWeightMap(const core::Bf16* base, int64_t experts, int64_t units, int64_t k_blocks,
+                            uint32_t box_units) {
+    const cuuint64_t block = 64 * 64 * 2;
+    const cuuint64_t dims[5] = {64, 64, static_cast<cuuint64_t>(k_blocks), static_cast<cuuint64_t>(units),
+                                static_cast<cuuint64_t>(experts)};
+    const cuuint64_t strides[4] = {128, block, static_cast<cuuint64_t>(k_blocks) * block,
+                                   static_cast<cuuint64_t>(units * k_blocks) * block};
+    const cuuint32_t box[5] = {64, 64, 1, box_units, 1};
+    CUresult result;
+    const CUtensorMap map = encodeTensorMap(base, 5, dims, strides, box, &result, MapOf::kWeights);
+    AFD_CHECK(result == CUDA_SUCCESS,
+              "cuTensorMapEncodeTiled failed ({}) for packed weights of {} experts x {} units x {} k-blocks",
+              static_cast<int>(result), experts, units, k_blocks);
+    return map;
+}
+
 // Rows of one token TMA box (moe_grouped_gemm.cuh issues as many boxes as an item needs), and of the box each CTA
 // of a cluster loads for an item that fills the tile.
 // Tiles over 256 tokens load boxes of 96 rows only (Layout::kTokenBoxRows, kFullTokenBox).
@@ -420,6 +439,20 @@ MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions
     return config;
 }
 
+MoePackedWeightBytes moePackedWeightBytes(int64_t num_experts, int64_t hidden, int64_t inter) {
+    return {cuda::packedGateUpElements(num_experts, hidden, inter) * 2,
+            cuda::packedDownElements(num_experts, hidden, inter) * 2};
+}
+
+void moePackWeightsCuda(const core::Bf16* w13, const core::Bf16* w2, int64_t num_experts, int64_t hidden, int64_t inter,
+                        core::Bf16* w13_packed, core::Bf16* w2_packed, void* stream) {
+    AFD_CHECK(hidden % 64 == 0 && inter % 32 == 0 && num_experts >= 0,
+              "moePackWeightsCuda needs hidden % 64 == 0 and inter % 32 == 0, got hidden {} inter {}", hidden, inter);
+    AFD_CUDA_CHECK(cuda::launchPackMoeWeights(
+        reinterpret_cast<const uint16_t*>(w13), reinterpret_cast<const uint16_t*>(w2), num_experts, hidden, inter,
+        reinterpret_cast<uint16_t*>(w13_packed), reinterpret_cast<uint16_t*>(w2_packed), asStream(stream)));
+}
+
 size_t moeCudaWorkspaceBytes(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t hidden, int64_t inter) {
     return workspaceLayout(num_tokens, top_k, num_experts, hidden, inter).total;
 }
@@ -484,11 +517,14 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
         args.routing_out.slot_token = r.view.slot_token;
     }
     CUtensorMap tmap_a;
-    args.a_interleaved = interleavedGateUpMap(params.w13, params.num_experts, params.inter, params.hidden,
-                                              static_cast<uint32_t>(cuda::gateUpColumnsPerItem(r.shape) / 8), &tmap_a)
-                             ? 1
-                             : 0;
-    if (args.a_interleaved == 0) {
+    if (options.packed_weights) {
+        args.a_packed = 1;
+        tmap_a = packedWeightMap(params.w13, params.num_experts, params.inter / 32, (params.hidden + 63) / 64,
+                                 static_cast<uint32_t>(cuda::gateUpColumnsPerItem(r.shape) / 32));
+    } else if (interleavedGateUpMap(params.w13, params.num_experts, params.inter, params.hidden,
+                                    static_cast<uint32_t>(cuda::gateUpColumnsPerItem(r.shape) / 8), &tmap_a)) {
+        args.a_interleaved = 1;
+    } else {
         tmap_a = matrixTensorMap(params.w13, params.num_experts * 2 * params.inter, params.hidden, 8, MapOf::kWeights);
     }
     CUtensorMap tmap_b;
@@ -544,8 +580,13 @@ void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_byte
         args.combine.topk_weights = params.topk_weights;
         args.combine.out = static_cast<uint16_t*>(params.out);
     }
-    const CUtensorMap tmap_a = matrixTensorMap(params.w2, params.num_experts * params.hidden, params.inter,
-                                               static_cast<uint32_t>(cuda::downRowsPerItem(r.shape)), MapOf::kWeights);
+    args.a_packed = options.packed_weights ? 1 : 0;
+    const CUtensorMap tmap_a =
+        options.packed_weights
+            ? packedWeightMap(params.w2, params.num_experts, params.hidden / 64, (params.inter + 63) / 64,
+                              static_cast<uint32_t>(cuda::downRowsPerItem(r.shape) / 64))
+            : matrixTensorMap(params.w2, params.num_experts * params.hidden, params.inter,
+                              static_cast<uint32_t>(cuda::downRowsPerItem(r.shape)), MapOf::kWeights);
     CUtensorMap tmap_b;
     CUtensorMap tmap_b_full;
     std::memset(&tmap_b, 0, sizeof(tmap_b));

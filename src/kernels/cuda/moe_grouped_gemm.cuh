@@ -172,6 +172,11 @@ struct Kernel {
             tx += tokenBoxes(npad) * tokenBoxRows(npad) * kRowBytes;
         }
         sm90::mbarArriveExpectTx(bar, tx);
+        if (args.a_packed) {
+            // box {64 k, 64 rows, 1 k-block, kBlocks units of 64 rows, 1 expert}: kBlocks contiguous 8 KB blocks
+            sm90::tmaLoad5d(a, tmap, bar, 0, 0, kb, item.n_tile * L::kBlocks, item.expert, policy);
+            return;
+        }
         const int k0 = kb * kBlockK;
         if constexpr (kGateUp) {
             if (args.a_interleaved) {

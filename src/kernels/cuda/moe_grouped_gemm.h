@@ -35,6 +35,9 @@ struct GroupedGemmArgs {
     // Gate-up only: 1 when the weight map is the 5-D interleaved view of w13 (one TMA per stage), 0 when it is
     // the plain 2-D view [E * 2I, H] with boxes of 8 rows (eight TMAs per consumer and stage).
     int a_interleaved = 0;
+    // 1 when the weights are packed (MoeCudaOptions::packed_weights, both projections): the map is the 5-D view
+    // (k, row, k-block, 64-row unit, expert) with box {64, 64, 1, blocks of the item, 1}, one TMA per stage.
+    int a_packed = 0;
     // 1 when each weight tile is read by about one item (mean tokens per expert within one token tile): weights
     // stream through L2 with evict_first; 0: several token tiles re-read each weight tile, evict normally.
     int weights_read_once = 1;

@@ -59,6 +59,13 @@ cudaError_t launchRouter(const uint16_t* x, const uint16_t* gate_w, float* logit
                          float* topk_weights, float* workspace, int num_tokens, int hidden, int num_experts, int top_k,
                          bool renormalize, cudaStream_t stream);
 
+// The expert weights in the grouped GEMMs' packed layout (moe_pack_weights.cu; moe_cuda.h, moePackWeightsCuda):
+// w13 [E, 2I, H] and w2 [E, H, I] row-major in, packedGateUpElements / packedDownElements bf16 values out.
+size_t packedGateUpElements(int64_t experts, int64_t hidden, int64_t inter);
+size_t packedDownElements(int64_t experts, int64_t hidden, int64_t inter);
+cudaError_t launchPackMoeWeights(const uint16_t* w13, const uint16_t* w2, int64_t experts, int64_t hidden,
+                                 int64_t inter, uint16_t* w13_packed, uint16_t* w2_packed, cudaStream_t stream);
+
 // Fills n bf16 values with uniform random numbers in [-scale, scale) from (seed, index) (benchmarks, tests).
 cudaError_t launchFillRandomBf16(uint16_t* data, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
 

@@ -1,0 +1,85 @@
+// The expert weights in the CUDA layer's packed layout (moe_cuda.h, moePackWeightsCuda): every 64-row x 64-column
+// block that one TMA box of a grouped GEMM stage reads is 8 KB of contiguous memory, where the row-major matrices hold
+// it as 64 pieces of 128 bytes, each in its own weight row (4 KB apart in w13).
+//
+//   w13 packed [E][I / 32 units][ceil(H / 64) k-blocks][64 rows][64]: row r of unit u is gate (r / 8 odd: up) row
+//       u * 32 + (r / 16) * 8 + r % 8 of the expert, the 8-row interleave the gate-up consumers' SwiGLU pairs.
+//   w2 packed  [E][H / 64 units][ceil(I / 64) k-blocks][64 rows][64]: row r of unit u is hidden row u * 64 + r.
+// Columns past the reduction length are zero.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/moe_stages.h"
+
+namespace afd::kernels::cuda {
+namespace {
+
+constexpr int kBlockK = 64;
+constexpr int kBlockRows = 64;
+constexpr int kChunk = 8;  // bf16 values per 16-byte copy
+
+// One thread per 16-byte chunk of the packed matrix: `gate_up` selects w13's row interleave. src rows have `cols`
+// values (the reduction length); the packed matrix has units x k_blocks blocks per expert.
+__global__ void packWeightsKernel(const uint16_t* src, uint16_t* dst, int64_t experts, int64_t units, int64_t k_blocks,
+                                  int64_t cols, int64_t inter, bool gate_up) {
+    const int64_t chunks_per_block = kBlockRows * kBlockK / kChunk;
+    const int64_t total = experts * units * k_blocks * chunks_per_block;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t chunk_in_row = i % (kBlockK / kChunk);
+        const int64_t row = (i / (kBlockK / kChunk)) % kBlockRows;
+        const int64_t block = i / chunks_per_block;  // (expert, unit, k-block)
+        const int64_t kb = block % k_blocks;
+        const int64_t unit = (block / k_blocks) % units;
+        const int64_t expert = block / (k_blocks * units);
+        int64_t src_row;
+        if (gate_up) {
+            const int64_t up = (row / 8) % 2;
+            src_row = expert * 2 * inter + up * inter + unit * 32 + (row / 16) * 8 + row % 8;
+        } else {
+            src_row = expert * units * kBlockRows + unit * kBlockRows + row;
+        }
+        const int64_t col = kb * kBlockK + chunk_in_row * kChunk;
+        uint4 value = make_uint4(0, 0, 0, 0);
+        if (col < cols) {  // cols % 8 == 0: a chunk is wholly inside or wholly past the row
+            value = *reinterpret_cast<const uint4*>(src + src_row * cols + col);
+        }
+        reinterpret_cast<uint4*>(dst)[i] = value;
+    }
+}
+
+cudaError_t launchPack(const uint16_t* src, uint16_t* dst, int64_t experts, int64_t units, int64_t cols, int64_t inter,
+                       bool gate_up, cudaStream_t stream) {
+    const int64_t k_blocks = (cols + kBlockK - 1) / kBlockK;
+    const int64_t chunks = experts * units * k_blocks * (kBlockRows * kBlockK / kChunk);
+    if (chunks == 0) {
+        return cudaSuccess;
+    }
+    const int64_t blocks = (chunks + 255) / 256;
+    packWeightsKernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(
+        src, dst, experts, units, k_blocks, cols, inter, gate_up);
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+size_t packedGateUpElements(int64_t experts, int64_t hidden, int64_t inter) {
+    return static_cast<size_t>(experts * (inter / 32) * ((hidden + kBlockK - 1) / kBlockK) * kBlockRows * kBlockK);
+}
+
+size_t packedDownElements(int64_t experts, int64_t hidden, int64_t inter) {
+    return static_cast<size_t>(experts * (hidden / kBlockRows) * ((inter + kBlockK - 1) / kBlockK) * kBlockRows *
+                               kBlockK);
+}
+
+cudaError_t launchPackMoeWeights(const uint16_t* w13, const uint16_t* w2, int64_t experts, int64_t hidden,
+                                 int64_t inter, uint16_t* w13_packed, uint16_t* w2_packed, cudaStream_t stream) {
+    const cudaError_t err = launchPack(w13, w13_packed, experts, inter / 32, hidden, inter, true, stream);
+    if (err != cudaSuccess) {
+        return err;
+    }
+    return launchPack(w2, w2_packed, experts, hidden / kBlockRows, inter, inter, false, stream);
+}
+
+}  // namespace afd::kernels::cuda
