@@ -32,7 +32,6 @@ struct BenchMoeFlags {
     bool no_gate_up_prefetch = false;
     bool token_gather = false;
     bool evict_first_weights = false;
-    bool row_major_weights = false;
 };
 
 void printTable(const kernels::cuda::MoeBenchResult& r) {
@@ -105,7 +104,6 @@ int runBenchMoe(BenchMoeFlags& flags) {
     flags.options.gate_up_prefetch = !flags.no_gate_up_prefetch;
     flags.options.slot_gather = !flags.token_gather;
     flags.options.shared_weights_evict_normal = !flags.evict_first_weights;
-    flags.options.packed_weights = !flags.row_major_weights;
     try {
         const auto result = kernels::cuda::runMoeBench(flags.options);
         printTable(result);
@@ -176,9 +174,6 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
         "--evict-first-weights", flags->evict_first_weights,
         "copy every item's weights with evict_first when each weight tile is read about once (the wide shapes "
         "over 128 tokens otherwise keep an expert's weights in L2 while its several token tiles read them)");
-    moe->add_flag("--row-major-weights", flags->row_major_weights,
-                  "stream the weights from row-major w13 / w2 (each 128-byte row of a weight box at its own address) "
-                  "instead of the packed layout (each box 8 KB of contiguous memory)");
     moe->add_option("--omit-stage", flags->options.omit_stage,
                     "diagnostic: time the layer without its permute or combine stage (what hiding it could gain)")
         ->check(CLI::IsMember({"permute", "combine"}));

@@ -11,6 +11,8 @@
 //   combine   out[t] = sum over t's local entries of topk_weight * y[slot]                 (fp32 sum, bf16 out)
 // The grouped GEMMs are persistent kernels over (expert, weight-row tile, token tile) work items read from the
 // device-side offsets; weights stream through TMA into a multi-stage shared-memory pipeline consumed by wgmma.
+// The weights MoeParams::w13 and w2 point at are in the packed layout of moePackWeightsCuda, not row-major as moe.h
+// describes them for the CPU layer.
 //
 // Requirements (checked, AFD_CHECK): act_dtype kBf16; hidden % 64 == 0; inter % 32 == 0; 1 <= top_k;
 // 1 <= num_experts <= 1024; all pointers device pointers, 16-byte aligned. Ids outside [-1, num_experts) are
@@ -101,9 +103,6 @@ struct MoeCudaOptions {
     // time, find them in L2 (false: evict_first for every item). wide128 keeps evict_first (its batches are
     // memory-bound: T = 1024 with zipf routing measured 1 % slower, docs/cuda-moe-notes.md v11).
     bool shared_weights_evict_normal = true;
-    // w13 and w2 are in the packed layout of moePackWeightsCuda (each weight box of a stage is 8 KB of contiguous
-    // memory) instead of row-major.
-    bool packed_weights = false;
     // Diagnostics (afd bench moe --timeline): when non-null, a device buffer of 2 * kMoeTraceMaxCtas *
     // kMoeTraceSlots words into which each CTA of the gate-up (block 0) and down (block 1) GEMM kernels writes
     // %globaltimer stamps (ns) of the MoeTraceEvent points, and its item count.
@@ -129,10 +128,11 @@ inline constexpr int kMoeTraceMaxCtas = 1024;
 // The tile configuration moeForwardCuda uses for these params and options (never kAuto).
 MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions& options);
 
-// The expert weights of one layer in the layout the grouped GEMMs stream fastest (MoeCudaOptions::packed_weights):
-// blocks of 64 weight rows x 64 reduction columns, each block 8 KB of contiguous memory, the blocks of one item's
-// weight rows k-block after k-block (moe_pack_weights.cu has the index map). Sizes in bytes of the packed w13 and w2
-// (w2 pads the reduction length I up to a multiple of 64 with zeros).
+// The expert weights of one layer in the layout the grouped GEMMs stream (MoeParams::w13 and w2 of every function
+// below): blocks of 64 weight rows x 64 reduction columns, each block 8 KB of contiguous memory, the blocks of one
+// weight-row unit k-block after k-block (moe_pack_weights.cu has the index map). Row-major weights put each 128-byte
+// row of a block at its own address, and streamed about 1 % slower at T = 1024 and 4096 (docs/cuda-moe-notes.md,
+// v16). Sizes in bytes of the packed w13 and w2 (w2 pads the reduction length I up to a multiple of 64 with zeros).
 struct MoePackedWeightBytes {
     size_t w13 = 0;
     size_t w2 = 0;

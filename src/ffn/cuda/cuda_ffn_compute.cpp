@@ -51,8 +51,8 @@ struct DeviceLayer {
     std::vector<core::Bf16> host_router;  // p2p MoE whose shape the GPU router does not take: routed on the host
     int64_t num_experts = 0;
     int64_t inter = 0;
-    DeviceBuffer w13;
-    DeviceBuffer w2;
+    DeviceBuffer w13;  // packed (moePackWeightsCuda)
+    DeviceBuffer w2;   // packed
     DeviceBuffer router;
 };
 
@@ -119,11 +119,21 @@ core::Status CudaFfnCompute::init(model::ModelWeights weights) {
         d.present = true;
         d.num_experts = w.expert_end - w.expert_begin;
         d.inter = w.inter;
-        d.w13 = DeviceBuffer(w.w13.nbytes());
-        d.w2 = DeviceBuffer(w.w2.nbytes());
-        AFD_CUDA_CHECK(cudaMemcpy(d.w13.get(), w.w13.rawData(), w.w13.nbytes(), cudaMemcpyHostToDevice));
-        AFD_CUDA_CHECK(cudaMemcpy(d.w2.get(), w.w2.rawData(), w.w2.nbytes(), cudaMemcpyHostToDevice));
-        weight_bytes_ += w.w13.nbytes() + w.w2.nbytes();
+        {
+            // The checkpoint's row-major matrices go up into staging buffers (freed at the end of the block) and
+            // are packed on the device into the layout the grouped GEMMs stream.
+            DeviceBuffer staging13(w.w13.nbytes());
+            DeviceBuffer staging2(w.w2.nbytes());
+            AFD_CUDA_CHECK(cudaMemcpy(staging13.get(), w.w13.rawData(), w.w13.nbytes(), cudaMemcpyHostToDevice));
+            AFD_CUDA_CHECK(cudaMemcpy(staging2.get(), w.w2.rawData(), w.w2.nbytes(), cudaMemcpyHostToDevice));
+            const kernels::MoePackedWeightBytes packed = kernels::moePackedWeightBytes(d.num_experts, H, d.inter);
+            d.w13 = DeviceBuffer(packed.w13);
+            d.w2 = DeviceBuffer(packed.w2);
+            kernels::moePackWeightsCuda(staging13.as<core::Bf16>(), staging2.as<core::Bf16>(), d.num_experts, H,
+                                        d.inter, d.w13.as<core::Bf16>(), d.w2.as<core::Bf16>(), nullptr);
+            AFD_CUDA_CHECK(cudaDeviceSynchronize());
+            weight_bytes_ += packed.w13 + packed.w2;
+        }
         max_experts = std::max(max_experts, d.num_experts);
         max_inter = std::max(max_inter, d.inter);
         if (w.is_moe && w.router.rawData() != nullptr) {

@@ -119,13 +119,14 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
     return fn;
 }
 
-// What a tensor map is over: the expert weights stream from DRAM once per layer, each 128-byte row of a box at its own
-// address (rows 4 KB apart in w13); token rows (x_sorted, h) are read again by every weight tile of their expert.
+// What a tensor map is over: the expert weights (packed, moePackWeightsCuda) stream from DRAM about once per layer;
+// token rows (x_sorted, h) are read again by every weight tile of their expert.
 enum class MapOf { kWeights, kTokens };
 
-// L2 promotion of each TMA request: none for the weights, 256 bytes for the token rows. With a 256-byte promotion each
-// 128-byte weight row request also fetches the row's next 128 bytes (the next stage's), and the layer measured 1-3 %
-// slower at T = 8 ... 1024 and up to 1 % at 4096 (docs/bench-runs/v14-experiments.log, calls 12-13).
+// L2 promotion of each TMA request: none for the weights, 256 bytes for the token rows. With row-major weights a
+// 256-byte promotion of each 128-byte weight row request also fetched the row's next 128 bytes (the next stage's), and
+// the layer measured 1-3 % slower at T = 8 ... 1024 and up to 1 % at 4096 (docs/bench-runs/v14-experiments.log,
+// calls 12-13).
 CUtensorMapL2promotion l2Promotion(MapOf of) {
     return of == MapOf::kWeights ? CU_TENSOR_MAP_L2_PROMOTION_NONE : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
 }
@@ -153,24 +154,9 @@ CUtensorMap matrixTensorMap(const void* base, int64_t rows, int64_t cols, uint32
     return map;
 }
 
-// The 5-D view (k, row in 8-row group, gate/up, group, expert) of w13 [E, 2I, H] whose box {64, 8, 2, groups, 1}
-// lands gate and up rows interleaved by 8 (see moe_grouped_gemm.cuh). False when the driver refuses the view.
-bool interleavedGateUpMap(const core::Bf16* w13, int64_t experts, int64_t inter, int64_t hidden, uint32_t groups,
-                          CUtensorMap* map) {
-    const cuuint64_t row = static_cast<cuuint64_t>(hidden) * 2;
-    const cuuint64_t dims[5] = {static_cast<cuuint64_t>(hidden), 8, 2, static_cast<cuuint64_t>(inter / 8),
-                                static_cast<cuuint64_t>(experts)};
-    const cuuint64_t strides[4] = {row, static_cast<cuuint64_t>(inter) * row, 8 * row,
-                                   2 * static_cast<cuuint64_t>(inter) * row};
-    const cuuint32_t box[5] = {64, 8, 2, groups, 1};
-    CUresult result;
-    *map = encodeTensorMap(w13, 5, dims, strides, box, &result, MapOf::kWeights);
-    return result == CUDA_SUCCESS;
-}
-
 // The 5-D view (k, row, k-block, 64-row unit, expert) of packed weights (moePackWeightsCuda) whose box
 // {64, 64, 1, units, 1} lands an item's `units` blocks of 64 rows for one k-block, each block 8 KB of contiguous
-// memory, in the same shared-memory order as the row-major views.
+// memory: shared-memory row 64 u + r is weight row r of the item's u-th unit (moe_grouped_gemm.cuh).
 CUtensorMap packedWeightMap(const core::Bf16* base, int64_t experts, int64_t units, int64_t k_blocks,
                             uint32_t box_units) {
     const cuuint64_t block = 64 * 64 * 2;
@@ -288,7 +274,6 @@ GroupedGemmArgs commonArgs(const MoeParams& params, const Resolved& r, const Moe
     args.slot_offset = r.view.slot_offset;
     args.tile_offset = r.view.tile_offset;
     args.num_experts = static_cast<int>(params.num_experts);
-    args.inter = static_cast<int>(params.inter);
     args.weights_read_once =
         params.num_tokens * params.top_k <= params.num_experts * static_cast<int64_t>(r.shape.block_tokens) ? 1 : 0;
     args.weights_shared_per_item = options.shared_weights_evict_normal && r.shape.block_tokens > 128 ? 1 : 0;
@@ -506,7 +491,6 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
     args.k = static_cast<int>(params.hidden);
     args.b_ld = static_cast<int>(params.hidden);
     args.out_ld = static_cast<int>(params.inter);
-    args.a_rows = static_cast<int>(2 * params.inter);
     args.n_tiles = static_cast<int>(params.inter / cuda::gateUpColumnsPerItem(r.shape));
     args.prefetch_before_wait = options.gate_up_prefetch ? 1 : 0;
     if (r.fused_routing) {
@@ -516,17 +500,8 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
         args.routing_out.entry_slot = r.view.entry_slot;
         args.routing_out.slot_token = r.view.slot_token;
     }
-    CUtensorMap tmap_a;
-    if (options.packed_weights) {
-        args.a_packed = 1;
-        tmap_a = packedWeightMap(params.w13, params.num_experts, params.inter / 32, (params.hidden + 63) / 64,
-                                 static_cast<uint32_t>(cuda::gateUpColumnsPerItem(r.shape) / 32));
-    } else if (interleavedGateUpMap(params.w13, params.num_experts, params.inter, params.hidden,
-                                    static_cast<uint32_t>(cuda::gateUpColumnsPerItem(r.shape) / 8), &tmap_a)) {
-        args.a_interleaved = 1;
-    } else {
-        tmap_a = matrixTensorMap(params.w13, params.num_experts * 2 * params.inter, params.hidden, 8, MapOf::kWeights);
-    }
+    const CUtensorMap tmap_a = packedWeightMap(params.w13, params.num_experts, params.inter / 32, params.hidden / 64,
+                                               static_cast<uint32_t>(cuda::gateUpColumnsPerItem(r.shape) / 32));
     CUtensorMap tmap_b;
     CUtensorMap tmap_b_full;
     std::memset(&tmap_b, 0, sizeof(tmap_b));
@@ -572,7 +547,6 @@ void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_byte
     args.k = static_cast<int>(params.inter);
     args.b_ld = static_cast<int>(params.inter);
     args.out_ld = static_cast<int>(params.hidden);
-    args.a_rows = static_cast<int>(params.hidden);
     args.n_tiles = static_cast<int>(params.hidden / cuda::downRowsPerItem(r.shape));
     args.prefetch_before_wait = options.down_prefetch && rows > kNoDownPrefetchEntries ? 1 : 0;
     if (r.fused_combine) {
@@ -580,13 +554,9 @@ void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_byte
         args.combine.topk_weights = params.topk_weights;
         args.combine.out = static_cast<uint16_t*>(params.out);
     }
-    args.a_packed = options.packed_weights ? 1 : 0;
     const CUtensorMap tmap_a =
-        options.packed_weights
-            ? packedWeightMap(params.w2, params.num_experts, params.hidden / 64, (params.inter + 63) / 64,
-                              static_cast<uint32_t>(cuda::downRowsPerItem(r.shape) / 64))
-            : matrixTensorMap(params.w2, params.num_experts * params.hidden, params.inter,
-                              static_cast<uint32_t>(cuda::downRowsPerItem(r.shape)), MapOf::kWeights);
+        packedWeightMap(params.w2, params.num_experts, params.hidden / 64, (params.inter + 63) / 64,
+                        static_cast<uint32_t>(cuda::downRowsPerItem(r.shape) / 64));
     CUtensorMap tmap_b;
     CUtensorMap tmap_b_full;
     std::memset(&tmap_b, 0, sizeof(tmap_b));

@@ -166,41 +166,18 @@ struct Kernel {
                                                         uint64_t policy) {
         uint8_t* a = sh.base + L::kAOffset + stage * L::kABytes;
         uint64_t* bar = &sh.full[stage];
-        uint32_t tx = L::kABytes;
-        if constexpr (kTmaTokens) {
+        uint32_t tx = kDiagSkipWeights ? 0 : L::kABytes;
+        if constexpr (kTmaTokens && !kDiagSkipTokens) {
             const int npad = paddedTokens<kBlockTokens>(item.ntok);
             tx += tokenBoxes(npad) * tokenBoxRows(npad) * kRowBytes;
         }
         sm90::mbarArriveExpectTx(bar, tx);
-        if (args.a_packed) {
-            // box {64 k, 64 rows, 1 k-block, kBlocks units of 64 rows, 1 expert}: kBlocks contiguous 8 KB blocks
-            sm90::tmaLoad5d(a, tmap, bar, 0, 0, kb, item.n_tile * L::kBlocks, item.expert, policy);
+        if constexpr (kDiagSkipWeights) {
             return;
         }
-        const int k0 = kb * kBlockK;
-        if constexpr (kGateUp) {
-            if (args.a_interleaved) {
-                // box {64 k, 8 rows, gate+up, 4 * kBlocks groups of 8 columns, 1 expert}
-                sm90::tmaLoad5d(a, tmap, bar, k0, 0, 0, item.n_tile * 4 * L::kBlocks, item.expert, policy);
-                return;
-            }
-            const int row0 = item.expert * args.a_rows + item.n_tile * 32 * L::kBlocks;
-#pragma unroll
-            for (int bl = 0; bl < L::kBlocks; ++bl) {
-#pragma unroll
-                for (int b = 0; b < 4; ++b) {
-#pragma unroll
-                    for (int g = 0; g < 2; ++g) {
-                        const int smem_row = bl * 64 + b * 16 + g * 8;
-                        const int row = row0 + g * args.inter + bl * 32 + b * 8;
-                        sm90::tmaLoad2d(a + smem_row * kRowBytes, tmap, bar, k0, row, policy);
-                    }
-                }
-            }
-        } else {
-            const int row = item.expert * args.a_rows + item.n_tile * kWeightRowsPerConsumer * L::kBlocks;
-            sm90::tmaLoad2d(a, tmap, bar, k0, row, policy);
-        }
+        // box {64 k, 64 rows, 1 k-block, kBlocks units of 64 rows, 1 expert}: kBlocks blocks of 8 contiguous KB
+        // (moe_pack_weights.cu: gate-up units interleave gate and up rows by 8)
+        sm90::tmaLoad5d(a, tmap, bar, 0, 0, kb, item.n_tile * L::kBlocks, item.expert, policy);
     }
 
     // kTmaTokens: the item's token rows [slot_base, slot_base + npad) of b_src in tokenBoxes(npad) boxes (rows
@@ -376,9 +353,13 @@ struct Kernel {
                             ready_expert = item.expert;
                         }
                     }
-                    issueTokenBoxes(tmap_b, tmap_b_full, sh, stage, item, npad, kb, token_policy);
+                    if constexpr (!kDiagSkipTokens) {
+                        issueTokenBoxes(tmap_b, tmap_b_full, sh, stage, item, npad, kb, token_policy);
+                    }
                 } else {
-                    issueTokens(args, sh, stage, offsets, npad, kb, ptid);
+                    if constexpr (!kDiagSkipTokens) {
+                        issueTokens(args, sh, stage, offsets, npad, kb, ptid);
+                    }
                     sm90::cpAsyncArriveNoinc(&sh.full[stage]);
                 }
             }
@@ -492,8 +473,11 @@ struct Kernel {
 #pragma unroll
                 for (int mb = 0; mb < kMBlocks; ++mb) {
                     // +32 bytes of K per step = +2 in the descriptor's 16-byte address units; +8 KB per block.
-                    sm90::wgmmaColumns<N>(acc[mb], desc_a + 2 * kk + mb * ((kWeightRowsPerConsumer * kRowBytes) >> 4),
-                                          desc_b + 2 * kk, (kb > 0 || kk > 0) ? 1 : 0);
+                    if constexpr (!kDiagSkipMma) {
+                        sm90::wgmmaColumns<N>(acc[mb],
+                                              desc_a + 2 * kk + mb * ((kWeightRowsPerConsumer * kRowBytes) >> 4),
+                                              desc_b + 2 * kk, (kb > 0 || kk > 0) ? 1 : 0);
+                    }
                 }
             }
             sm90::wgmmaCommit();

@@ -9,7 +9,18 @@
 
 #include "kernels/moe_cuda.h"
 
+#ifndef AFD_MOE_DIAG_SKIP
+#define AFD_MOE_DIAG_SKIP 0
+#endif
+
 namespace afd::kernels::cuda {
+
+// Diagnostic builds only (CMake AFD_MOE_DIAG_SKIP; 0 in every other build): the work the grouped GEMM kernels skip,
+// so that `afd bench moe` bounds what each part costs the layer. Their results are wrong by design.
+inline constexpr bool kDiagSkipTokens = (AFD_MOE_DIAG_SKIP & 1) != 0;   // no token copies (TMA boxes, cp.async rows)
+inline constexpr bool kDiagSkipMma = (AFD_MOE_DIAG_SKIP & 2) != 0;      // no wgmma
+inline constexpr bool kDiagSkipWeights = (AFD_MOE_DIAG_SKIP & 4) != 0;  // no weight copies
+inline constexpr bool kDiagnosticBuild = AFD_MOE_DIAG_SKIP != 0;
 
 // Arguments of one grouped GEMM launch (device pointers; shapes in elements).
 //   gate-up: out = h [slots, I], b_src = x [T, H] gathered through slot_token (or x_sorted [slots, H] in slot
@@ -25,19 +36,11 @@ struct GroupedGemmArgs {
     int k = 0;        // reduction length: H (gate-up) or I (down)
     int b_ld = 0;     // row stride of b_src
     int out_ld = 0;   // row stride of out
-    int inter = 0;    // I: gate-up rows of an expert are [0, I), up rows [I, 2I)
-    int a_rows = 0;   // weight rows of one expert in the map: 2I (gate-up) or H (down)
     int n_tiles = 0;  // weight-row tiles per expert
     // At most this many token tiles (the routing entries: each tile holds one at least), so at most max_token_tiles
     // x n_tiles items: the grid is no larger, which leaves the other slots of the SMs to the next kernel (the down
     // kernel's CTAs stream their first weights beside a one-token gate-up kernel).
     int max_token_tiles = 0;
-    // Gate-up only: 1 when the weight map is the 5-D interleaved view of w13 (one TMA per stage), 0 when it is
-    // the plain 2-D view [E * 2I, H] with boxes of 8 rows (eight TMAs per consumer and stage).
-    int a_interleaved = 0;
-    // 1 when the weights are packed (MoeCudaOptions::packed_weights, both projections): the map is the 5-D view
-    // (k, row, k-block, 64-row unit, expert) with box {64, 64, 1, blocks of the item, 1}, one TMA per stage.
-    int a_packed = 0;
     // 1 when each weight tile is read by about one item (mean tokens per expert within one token tile): weights
     // stream through L2 with evict_first; 0: several token tiles re-read each weight tile, evict normally.
     int weights_read_once = 1;
@@ -149,13 +152,11 @@ inline int gateUpColumnsPerItem(const TileShape& s) { return 32 * s.consumers * 
 inline int downRowsPerItem(const TileShape& s) { return 64 * s.consumers * s.m_blocks; }
 
 // Launches the persistent gate-up (gate_up) or down kernel of a configuration on `stream` (one .cu file each);
-// returns the launch status. `tmap_a` describes the weights: gate-up the 5-D interleaved view of w13 with box
-// {64, 8, 2, 4 * blocks, 1} (a_interleaved) or the 2-D view with box {64, 8}; down w2 as [E * H, I] with box
-// {64, 64 * blocks} (blocks = consumers * m_blocks). `tmap_b` (tma_tokens shapes only) describes b_src as
-// [rows, b_ld] with box {64, tokenBoxRows}, `tmap_b_full` the same with box {64, block_tokens / cluster} (tiles up to
-// 256 tokens)
-// (one box per CTA of the cluster for items that fill the tile). All bf16 with the 128-byte swizzle. `sm_count`
-// sizes the persistent grid.
+// returns the launch status. `tmap_a` describes the packed weights (moePackWeightsCuda) as the 5-D view (k, row,
+// k-block, 64-row unit, expert) with box {64, 64, 1, blocks, 1} (blocks = consumers * m_blocks). `tmap_b` (tma_tokens
+// shapes only) describes b_src as [rows, b_ld] with box {64, tokenBoxRows}, `tmap_b_full` the same with box {64,
+// block_tokens / cluster} (tiles up to 256 tokens) (one box per CTA of the cluster for items that fill the tile). All
+// bf16 with the 128-byte swizzle. `sm_count` sizes the persistent grid.
 #define AFD_DECLARE_GROUPED_GEMM(name)                                                                             \
     cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,        \
                                         const CUtensorMap& tmap_b_full, const GroupedGemmArgs& args, int sm_count, \
