@@ -174,11 +174,6 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
         "--evict-first-weights", flags->evict_first_weights,
         "copy every item's weights with evict_first when each weight tile is read about once (the wide shapes "
         "over 128 tokens otherwise keep an expert's weights in L2 while its several token tiles read them)");
-    moe->add_option("--combine-parts", flags->options.combine_parts,
-                    "wide shapes over 128 tokens: the down kernel computes its hidden rows in this many parts and "
-                    "sums each but the last into the output while it computes the next (1: the combine kernel sums "
-                    "everything)")
-        ->check(CLI::IsMember({1, 2, 4, 8}));
     moe->add_option("--omit-stage", flags->options.omit_stage,
                     "diagnostic: time the layer without its permute or combine stage (what hiding it could gain)")
         ->check(CLI::IsMember({"permute", "combine"}));

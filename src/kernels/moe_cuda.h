@@ -103,11 +103,6 @@ struct MoeCudaOptions {
     // time, find them in L2 (false: evict_first for every item). wide128 keeps evict_first (its batches are
     // memory-bound: T = 1024 with zipf routing measured 1 % slower, docs/cuda-moe-notes.md v11).
     bool shared_weights_evict_normal = true;
-    // The wide shapes over 128 tokens (wide256, wide288): the down kernel computes its hidden rows in this many parts
-    // in turn (1, 2, 4 or 8; fewer when the parts would not split its weight-row tiles evenly), and its idle producer
-    // warps sum each part but the last into out while the consumers compute the next parts, so that the combine kernel
-    // after it sums only the last part. Each expert's h rows are read once per part. 1: the combine kernel sums all.
-    int combine_parts = 4;
     // Diagnostics (afd bench moe --timeline): when non-null, a device buffer of 2 * kMoeTraceMaxCtas *
     // kMoeTraceSlots words into which each CTA of the gate-up (block 0) and down (block 1) GEMM kernels writes
     // %globaltimer stamps (ns) of the MoeTraceEvent points, and its item count.

@@ -125,8 +125,6 @@ std::vector<Case> cases() {
         {"skewed_chunked_permute", 1500, 128, 64, 64, 4, Routing::kSkewed},
         {"pairs_skewed_many_tiles", 700, 256, 128, 8, 4, Routing::kSkewed},
         {"pairs_small_batch", 24, 256, 256, 16, 8, Routing::kUniform},
-        // Four parts of the wide shapes' down kernel (4 weight-row tiles of 128), skewed: experts in several tiles.
-        {"combine_parts_skewed", 900, 512, 64, 8, 4, Routing::kSkewed},
         {"qwen3_30b_a3b_T16", 16, 2048, 768, 128, 8, Routing::kUniform},
     };
 }
@@ -172,7 +170,6 @@ struct Mode {
     bool early_stage_release = true;
     bool gate_up_prefetch = true;
     bool slot_gather = true;
-    int combine_parts = MoeCudaOptions{}.combine_parts;
 };
 
 // Each configuration with the default options; when the case is small enough for the fused paths, also with the
@@ -182,8 +179,7 @@ struct Mode {
 // before its first copy (the token-TMA shapes take items from the device-wide counter by default, and wide128's gate-up
 // kernel streams its first weights beside the gather; the other token-TMA shapes' gate-up kernels gather x themselves,
 // and wide128's does too without its prefetch). The token-TMA shapes also run after the token-order gather kernel,
-// waited for as a whole (MoeCudaOptions::slot_gather off). The wide shapes over 128 tokens (and auto, which picks them
-// for the larger cases) also run with their down kernel combining in 1, 2 and 8 parts (the default is 4).
+// waited for as a whole (MoeCudaOptions::slot_gather off).
 std::vector<Mode> configsAndFusionModes(const Case& c) {
     std::vector<Mode> modes;
     for (const MoeTileConfig t : configsFor(c)) {
@@ -191,11 +187,6 @@ std::vector<Mode> configsAndFusionModes(const Case& c) {
         modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, false, false, false});
         if (loadsTokensByTma(t)) {
             modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, true, true, true, false});
-        }
-        if (t == MoeTileConfig::kWide256 || t == MoeTileConfig::kWide288 || t == MoeTileConfig::kAuto) {
-            for (const int parts : {1, 2, 8}) {
-                modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, true, true, true, true, parts});
-            }
         }
         if (c.tokens * c.top_k <= 256) {
             modes.push_back({t, false, 0});
@@ -330,7 +321,7 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
                          << (mode.dynamic_schedule ? "" : " static schedule")
                          << (mode.early_stage_release ? "" : " late stage release")
                          << (mode.gate_up_prefetch ? "" : " no gate-up prefetch")
-                         << (mode.slot_gather ? "" : " token-order gather") << " combine parts " << mode.combine_parts);
+                         << (mode.slot_gather ? "" : " token-order gather"));
             MoeCudaOptions options;
             options.tile = mode.config;
             options.fuse_small_routing = mode.fuse_routing;
@@ -339,7 +330,6 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
             options.early_stage_release = mode.early_stage_release;
             options.gate_up_prefetch = mode.gate_up_prefetch;
             options.slot_gather = mode.slot_gather;
-            options.combine_parts = mode.combine_parts;
             const MoeParams params = p.params();
             const MoeTileConfig resolved = resolveMoeTileConfig(params, options);
             const MoeWorkspaceView view = moeWorkspaceView(params, p.d_ws.get(), p.d_ws.bytes());
@@ -535,16 +525,6 @@ TEST(MoeCudaTest, RejectsTooSmallWorkspace) {
     const MoeParams p = validParams();
     alignas(256) static uint8_t small[256];
     EXPECT_THROW(moeForwardCuda(p, small, sizeof(small), nullptr), core::Error);
-}
-
-TEST(MoeCudaTest, RejectsCombinePartsOtherThanOneTwoFourOrEight) {
-    const MoeParams p = validParams();
-    for (const int parts : {0, 3, 16}) {
-        MoeCudaOptions options;
-        options.combine_parts = parts;
-        std::vector<uint8_t> ws(moeCudaWorkspaceBytes(p.num_tokens, p.top_k, p.num_experts, p.hidden, p.inter));
-        EXPECT_THROW(moeForwardCuda(p, ws.data(), ws.size(), nullptr, options), core::Error) << parts;
-    }
 }
 
 TEST(MoeCudaTest, RejectsHiddenNotMultipleOf64) {

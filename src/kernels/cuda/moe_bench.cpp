@@ -272,7 +272,6 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 options.gate_up_prefetch = o.gate_up_prefetch;
                 options.slot_gather = o.slot_gather;
                 options.shared_weights_evict_normal = o.shared_weights_evict_normal;
-                options.combine_parts = o.combine_parts;
                 MoeBenchRow row;
                 row.tokens = tokens;
                 row.routing = kind;

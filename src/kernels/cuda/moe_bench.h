@@ -36,7 +36,6 @@ struct MoeBenchOptions {
     bool gate_up_prefetch = MoeCudaOptions{}.gate_up_prefetch;           // MoeCudaOptions::gate_up_prefetch
     bool slot_gather = MoeCudaOptions{}.slot_gather;                     // MoeCudaOptions::slot_gather
     bool shared_weights_evict_normal = MoeCudaOptions{}.shared_weights_evict_normal;  // the MoeCudaOptions field
-    int combine_parts = MoeCudaOptions{}.combine_parts;                               // MoeCudaOptions::combine_parts
     // Also run each point once more with MoeCudaOptions::trace and summarise when the GEMM kernels' CTAs reach each
     // MoeTraceEvent (MoeBenchRow::timeline).
     bool timeline = false;

@@ -1,13 +1,11 @@
 // Combine stage of the MoE layer: out[t] = sum over t's served entries of topk_weight * y[slot], summed in fp32
-// in entry order (deterministic), rounded to bf16 once (moe_combine_row.cuh). One CTA per token, 16 bytes (8 values)
-// per thread.
+// in entry order (deterministic), rounded to bf16 once. One CTA per token, 16 bytes (8 values) per thread.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "kernels/cuda/kernel_launch.h"
-#include "kernels/cuda/moe_combine_row.cuh"
 #include "kernels/cuda/moe_stages.h"
 #include "kernels/cuda/sm90_ptx.cuh"
 
@@ -17,33 +15,72 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kBatch = 8;  // routing entries whose rows of y are read together
 
-// Columns [col_begin, hidden) of token blockIdx.x's row of out (the down kernel may have summed the others).
-__global__ void __launch_bounds__(kThreads)
-    combineKernel(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, uint16_t* out, int top_k,
-                  int hidden, int col_begin) {
+__device__ __forceinline__ void accumulate(float (&acc)[8], const uint4& packed, float w) {
+    const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        acc[2 * q] += w * __uint_as_float(words[q] << 16);
+        acc[2 * q + 1] += w * __uint_as_float(words[q] & 0xffff0000u);
+    }
+}
+
+__device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
+    const uint32_t l = __bfloat16_as_ushort(__float2bfloat16_rn(lo));
+    const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(hi));
+    return l | (h << 16);
+}
+
+__global__ void __launch_bounds__(kThreads) combineKernel(const int32_t* entry_slot, const float* topk_weights,
+                                                          const uint16_t* y, uint16_t* out, int top_k, int hidden) {
     const int t = blockIdx.x;
     sm90::gridDependencyWait();
     sm90::launchDependents();
     const int32_t* slots = entry_slot + static_cast<int64_t>(t) * top_k;
     const float* weights = topk_weights + static_cast<int64_t>(t) * top_k;
-    for (int h = col_begin + threadIdx.x * 8; h < hidden; h += kThreads * 8) {
-        *reinterpret_cast<uint4*>(out + static_cast<int64_t>(t) * hidden + h) =
-            combineChunk<kBatch>(slots, weights, top_k, y, hidden, h);
+    for (int h = threadIdx.x * 8; h < hidden; h += kThreads * 8) {
+        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        // kBatch entries' rows are loaded before any is summed (the sum stays in entry order), so each thread has
+        // that many 16-byte reads of y in flight rather than one.
+        for (int j0 = 0; j0 < top_k; j0 += kBatch) {
+            int slot[kBatch];
+            uint4 packed[kBatch];
+#pragma unroll
+            for (int q = 0; q < kBatch; ++q) {
+                slot[q] = j0 + q < top_k ? __ldg(slots + j0 + q) : -1;
+            }
+#pragma unroll
+            for (int q = 0; q < kBatch; ++q) {
+                if (slot[q] >= 0) {
+                    packed[q] = *reinterpret_cast<const uint4*>(y + static_cast<int64_t>(slot[q]) * hidden + h);
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < kBatch; ++q) {
+                if (slot[q] >= 0) {
+                    accumulate(acc, packed[q], __ldg(weights + j0 + q));
+                }
+            }
+        }
+        uint4 result;
+        result.x = packBf16(acc[0], acc[1]);
+        result.y = packBf16(acc[2], acc[3]);
+        result.z = packBf16(acc[4], acc[5]);
+        result.w = packBf16(acc[6], acc[7]);
+        *reinterpret_cast<uint4*>(out + static_cast<int64_t>(t) * hidden + h) = result;
     }
 }
 
 }  // namespace
 
 cudaError_t launchMoeCombine(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, uint16_t* out,
-                             int num_tokens, int top_k, int hidden, int col_begin, cudaStream_t stream,
-                             bool programmatic) {
-    if (num_tokens < 1 || hidden % 8 != 0 || col_begin % 8 != 0 || col_begin < 0 || col_begin >= hidden) {
+                             int num_tokens, int top_k, int hidden, cudaStream_t stream, bool programmatic) {
+    if (num_tokens < 1 || hidden % 8 != 0) {
         return cudaErrorInvalidValue;
     }
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t config =
         pdlLaunchConfig(static_cast<unsigned>(num_tokens), kThreads, stream, programmatic, attr);
-    return cudaLaunchKernelEx(&config, combineKernel, entry_slot, topk_weights, y, out, top_k, hidden, col_begin);
+    return cudaLaunchKernelEx(&config, combineKernel, entry_slot, topk_weights, y, out, top_k, hidden);
 }
 
 }  // namespace afd::kernels::cuda

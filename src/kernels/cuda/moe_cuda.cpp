@@ -30,8 +30,7 @@ struct WorkspaceLayout {
     size_t chunk_counts = 0;
     size_t combine_counters = 0;
     // [syncWords(E)]: the dynamic scheduling words (gate-up, then down), then the slot-order gather's counts [E] and
-    // the gate-up CTAs done reading them [1] (GroupedGemmArgs::gathered, gathered_exit), then the down kernel's part
-    // counts [kMaxCombineParts] (GroupedGemmArgs::PartCombine::done)
+    // the gate-up CTAs done reading them [1] (GroupedGemmArgs::gathered, gathered_exit)
     size_t schedule = 0;
     size_t entry_slot = 0;
     size_t slot_token = 0;
@@ -42,8 +41,7 @@ struct WorkspaceLayout {
 };
 
 // Words of the workspace's schedule region (WorkspaceLayout::schedule), all zeroed by the permute stage.
-int64_t syncWords(int64_t experts) { return 2 * cuda::kScheduleWords + experts + 1 + cuda::kMaxCombineParts; }
-int64_t partCountsWord(int64_t experts) { return 2 * cuda::kScheduleWords + experts + 1; }
+int64_t syncWords(int64_t experts) { return 2 * cuda::kScheduleWords + experts + 1; }
 
 WorkspaceLayout workspaceLayout(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter) {
     const size_t entries = static_cast<size_t>(tokens * top_k);
@@ -243,16 +241,12 @@ struct Resolved {
     bool slot_gather;    // x_sorted in slot order, counted per expert (MoeCudaOptions::slot_gather): by the gather
                          // kernel beside the gate-up kernel, or by the gate-up kernel itself (gather_in_gate_up)
     bool gather_in_gate_up;
-    int combine_parts;  // GroupedGemmArgs::PartCombine::parts (1: the combine kernel sums every column)
     int32_t* combine_counters;
     int32_t* schedule;  // WorkspaceLayout::schedule: [2 * kScheduleWords] gate-up then down, gathered [E], exit [1]
 };
 
 Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_bytes, const MoeCudaOptions& options) {
     checkMoeParams(params);
-    AFD_CHECK(options.combine_parts == 1 || options.combine_parts == 2 || options.combine_parts == 4 ||
-                  options.combine_parts == 8,
-              "MoeCudaOptions::combine_parts must be 1, 2, 4 or 8, got {}", options.combine_parts);
     Resolved r;
     r.config = resolveMoeTileConfig(params, options);
     r.shape = cuda::tileShape(r.config);
@@ -271,16 +265,6 @@ Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_byte
     // themselves.
     r.slot_gather = options.slot_gather && r.shape.tma_tokens;
     r.gather_in_gate_up = r.slot_gather && !(options.gate_up_prefetch && r.config == MoeTileConfig::kWide128);
-    // The down kernels of the wide shapes over 128 tokens combine in parts (moe_grouped_gemm.cuh, kCombinesParts); the
-    // parts split the down kernel's weight-row tiles evenly (halved until they do).
-    r.combine_parts = 1;
-    if (!r.fused_combine && r.shape.tma_tokens && r.shape.cluster == 1 && r.shape.block_tokens > 128) {
-        const int64_t n_tiles = params.hidden / cuda::downRowsPerItem(r.shape);
-        r.combine_parts = options.combine_parts;
-        while (r.combine_parts > 1 && n_tiles % r.combine_parts != 0) {
-            r.combine_parts /= 2;
-        }
-    }
     return r;
 }
 
@@ -490,7 +474,7 @@ void moePermuteCuda(const MoeParams& params, void* workspace, size_t workspace_b
         params.topk_ids, static_cast<int>(params.num_tokens * params.top_k), static_cast<int>(params.top_k),
         static_cast<int>(params.num_experts), cuda::multiTileTokens(r.shape.block_tokens), r.shape.block_tokens,
         r.view.expert_count, r.view.slot_offset, r.view.tile_offset, r.view.entry_slot, r.view.slot_token,
-        r.view.chunk_counts, r.dynamic || r.slot_gather || r.combine_parts > 1 ? r.schedule : nullptr,
+        r.view.chunk_counts, r.dynamic || r.slot_gather ? r.schedule : nullptr,
         static_cast<int>(syncWords(params.num_experts)), asStream(stream), options.programmatic_launch));
 }
 
@@ -565,14 +549,6 @@ void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_byte
     args.out_ld = static_cast<int>(params.hidden);
     args.n_tiles = static_cast<int>(params.hidden / cuda::downRowsPerItem(r.shape));
     args.prefetch_before_wait = options.down_prefetch && rows > kNoDownPrefetchEntries ? 1 : 0;
-    if (r.combine_parts > 1) {
-        args.part_combine.parts = r.combine_parts;
-        args.part_combine.done = r.schedule + partCountsWord(params.num_experts);
-        args.part_combine.entry_slot = r.view.entry_slot;
-        args.part_combine.topk_weights = params.topk_weights;
-        args.part_combine.out = static_cast<uint16_t*>(params.out);
-        args.part_combine.num_tokens = static_cast<int>(params.num_tokens);
-    }
     if (r.fused_combine) {
         args.combine.entry_slot = r.view.entry_slot;
         args.combine.topk_weights = params.topk_weights;
@@ -599,12 +575,10 @@ void moeCombineCuda(const MoeParams& params, void* workspace, size_t workspace_b
     if (params.num_tokens == 0 || r.fused_combine) {
         return;
     }
-    // With parts, the down kernel has summed every part but the last.
-    const int64_t col_begin = params.hidden / r.combine_parts * (r.combine_parts - 1);
     AFD_CUDA_CHECK(cuda::launchMoeCombine(
         r.view.entry_slot, params.topk_weights, reinterpret_cast<const uint16_t*>(r.view.y),
         static_cast<uint16_t*>(params.out), static_cast<int>(params.num_tokens), static_cast<int>(params.top_k),
-        static_cast<int>(params.hidden), static_cast<int>(col_begin), asStream(stream), options.programmatic_launch));
+        static_cast<int>(params.hidden), asStream(stream), options.programmatic_launch));
 }
 
 void moeForwardCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,

@@ -36,7 +36,6 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/moe_combine_row.cuh"
 #include "kernels/cuda/moe_fused_combine.cuh"
 #include "kernels/cuda/moe_fused_routing.cuh"
 #include "kernels/cuda/moe_gemm_tiles.cuh"
@@ -51,8 +50,6 @@ namespace afd::kernels::cuda::grouped_gemm {
 template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
 struct Kernel {
     using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
-    // The down kernels that may combine in parts (GroupedGemmArgs::PartCombine): the wide shapes over 128 tokens.
-    static constexpr bool kCombinesParts = !kGateUp && kTmaTokens && kCluster == 1 && kBlockTokens > 128;
 
     struct Shared {
         uint8_t* base;
@@ -145,18 +142,6 @@ struct Kernel {
     // Item `it` of this CTA: with kCluster = 2, `it` numbers (expert, weight-tile pair, token tile) and the CTA
     // takes the pair's weight tile of its rank.
     __device__ __forceinline__ static Item itemAt(int it, const GroupedGemmArgs& args, const Shared& sh) {
-        if constexpr (kCombinesParts) {
-            if (args.part_combine.parts > 1) {
-                // Part-major: part p holds every expert's items of weight tiles [p per_part, (p + 1) per_part).
-                const int per_part = args.n_tiles / args.part_combine.parts;
-                const int part_items = sh.tiles[sh.rows] * per_part;
-                const int part = it / part_items;
-                Item item =
-                    decodeItem<kBlockTokens>(it - part * part_items, sh.tiles, sh.slots, sh.experts, sh.rows, per_part);
-                item.n_tile += part * per_part;
-                return item;
-            }
-        }
         Item item = decodeItem<kBlockTokens>(it, sh.tiles, sh.slots, sh.experts, sh.rows, args.n_tiles / kCluster);
         item.n_tile = item.n_tile * kCluster + sh.rank;
         return item;
@@ -303,12 +288,6 @@ struct Kernel {
             sm90::launchDependents();
             if (ptid == 0) {
                 traceNow(args, kTraceDependency);
-            }
-        }
-        if constexpr (kCombinesParts) {
-            if (args.part_combine.parts > 1 && ptid >= 32) {
-                combineParts(args, (ptid >> 5) - 1);
-                return;
             }
         }
         if (kTmaTokens && ptid != 0) {
@@ -563,50 +542,6 @@ struct Kernel {
         }
     }
 
-    // kCombinesParts: a consumer warpgroup about to take an item of part `next` (or done, next = parts - 1) counts
-    // itself past parts [part, next) once every thread's stores of its earlier items are made (the warpgroup's barrier,
-    // then one thread's fence and release). Returns the warpgroup's part.
-    __device__ __forceinline__ static int passParts(const GroupedGemmArgs& args, int part, int next, int wg, int ctid) {
-        if (next <= part) {
-            return part;
-        }
-        sm90::namedBarrierSync(1 + wg, kWarpgroup);
-        if (ctid == 0) {
-            __threadfence();
-            for (int p = part; p < next; ++p) {
-                sm90::redAddReleaseGpu(args.part_combine.done + p, 1);
-            }
-        }
-        return next;
-    }
-
-    // kCombinesParts: producer warp `warp` (0-2 of warps 1-3) of every CTA sums tokens blockIdx.x * 3 + warp + i *
-    // 3 * gridDim.x of each part but the last into out, once every consumer warpgroup of the grid is past that part
-    // (y rows other CTAs wrote: acquire, plain loads). The last warp to finish resets the counts for the next launch.
-    __device__ static void combineParts(const GroupedGemmArgs& args, int warp) {
-        const GroupedGemmArgs::PartCombine& pc = args.part_combine;
-        const int lane = threadIdx.x & 31;
-        const int cols = args.out_ld / pc.parts;
-        const int warps = 3 * static_cast<int>(gridDim.x);
-        for (int p = 0; p < pc.parts - 1; ++p) {
-            sm90::waitAtLeastAcquire(pc.done + p, static_cast<int>(gridDim.x) * kConsumers);
-            for (int t = static_cast<int>(blockIdx.x) * 3 + warp; t < pc.num_tokens; t += warps) {
-                const int64_t entry = static_cast<int64_t>(t) * args.top_k;
-#pragma unroll 1
-                for (int col = p * cols + lane * 8; col < (p + 1) * cols; col += 32 * 8) {
-                    *reinterpret_cast<uint4*>(pc.out + static_cast<int64_t>(t) * args.out_ld + col) = combineChunk<4>(
-                        pc.entry_slot + entry, pc.topk_weights + entry, args.top_k, args.out /* y */, args.out_ld, col);
-                }
-            }
-        }
-        __syncwarp();
-        if (lane == 0 && atomicAdd(pc.done + pc.parts - 1, 1) == warps - 1) {
-            for (int p = 0; p < pc.parts; ++p) {
-                pc.done[p] = 0;
-            }
-        }
-    }
-
     // The consumer thread's wgmma reading `stage` have retired: release it to the producer (of both CTAs).
     __device__ __forceinline__ static void releaseStage(const Shared& sh, int stage, int ctid) {
         if constexpr (kCluster == 1) {
@@ -634,16 +569,9 @@ struct Kernel {
         }
         int iter = 0;
         int taken = 0;
-        int part =
-            0;  // kCombinesParts: the part of this warpgroup's items; it has counted itself past the earlier ones
         for (int it = sh.dynamic ? takeItem(sh, taken++) : sh.item_begin; it >= 0 && it < total_items;
              it = sh.dynamic ? takeItem(sh, taken++) : it + sh.item_stride) {
             const Item item = itemAt(it, args, sh);
-            if constexpr (kCombinesParts) {
-                if (args.part_combine.parts > 1) {
-                    part = passParts(args, part, item.n_tile / (args.n_tiles / args.part_combine.parts), wg, ctid);
-                }
-            }
             if (wg == 0 && ctid == 0) {
                 trace(args, kTraceItems, static_cast<uint64_t>(++consumed));
             }
@@ -680,11 +608,6 @@ struct Kernel {
                         consumeItem<256>(args, sh, item, k_blocks, iter, wg, ctid);
                     }
                     break;
-            }
-        }
-        if constexpr (kCombinesParts) {
-            if (args.part_combine.parts > 1) {
-                passParts(args, part, args.part_combine.parts - 1, wg, ctid);  // the last part is the combine kernel's
             }
         }
         if (wg == 0 && ctid == 0) {

@@ -97,24 +97,7 @@ struct GroupedGemmArgs {
         int num_tokens = 0;
         int num_counters = 0;  // hidden / 64
     } combine;
-    // Down kernel of the wide shapes over 128 tokens (MoeCudaOptions::combine_parts): the items go part by part over
-    // the hidden rows (every expert's items of weight tiles [p n_tiles / parts, (p + 1) n_tiles / parts) before part
-    // p + 1's), each consumer warpgroup counts itself in done[p] once its items of part p are stored (release), and the
-    // producer's warps 1-3 sum each part but the last into out as soon as every warpgroup of the grid is past it, while
-    // the consumers compute the next parts; the combine kernel sums the last part. parts == 1: off.
-    struct PartCombine {
-        int parts = 1;
-        int32_t* done = nullptr;  // [parts - 1] warpgroups past each part, then [1] combining warps finished; zero
-                                  // before the launch (the permute stage), reset by the last combining warp
-        const int32_t* entry_slot = nullptr;  // [num_tokens * top_k]
-        const float* topk_weights = nullptr;  // [num_tokens * top_k]
-        uint16_t* out = nullptr;              // [num_tokens, out_ld] bf16 (the layer's output)
-        int num_tokens = 0;
-    } part_combine;
 };
-
-// Most parts the down kernel's hidden rows are combined in (GroupedGemmArgs::PartCombine).
-inline constexpr int kMaxCombineParts = 8;
 
 // Most routing entries (T * top_k) for which the GEMM kernels compute the routing themselves.
 inline constexpr int kFusedRoutingEntries = 256;

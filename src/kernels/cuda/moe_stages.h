@@ -44,11 +44,9 @@ cudaError_t launchMoeGatherBySlot(const uint16_t* x, const int32_t* slot_token, 
                                   cudaStream_t stream, bool programmatic);
 
 // out[t] = sum_j topk_weights[t, j] * y[entry_slot[t, j]] over served entries (fp32), bf16 out [T, H];
-// zero for a token with no served entry. Columns [col_begin, hidden) only (the down kernel combines the others when it
-// runs in parts, GroupedGemmArgs::PartCombine). hidden % 8 == 0, col_begin % 8 == 0, 0 <= col_begin < hidden.
+// zero for a token with no served entry. hidden % 8 == 0.
 cudaError_t launchMoeCombine(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, uint16_t* out,
-                             int num_tokens, int top_k, int hidden, int col_begin, cudaStream_t stream,
-                             bool programmatic);
+                             int num_tokens, int top_k, int hidden, cudaStream_t stream, bool programmatic);
 
 // Router (router.cu): logits = x . gate_w^T (bf16 tensor cores, fp32 accumulation, the reduction split over CTAs
 // into partial sums in `workspace`), softmax, top-k, optional renormalisation. x [T, H] bf16, gate_w [E, H] bf16,
