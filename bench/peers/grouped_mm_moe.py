@@ -43,7 +43,7 @@ def main():
                 check = fn(layers[0]).float()[: min(4, tokens)]
                 ref = peer_common.reference_out(layers[0], ids, weights, args.inter)
                 err = float((check - ref).norm() / ref.norm())
-                med, p10, p90 = peer_common.time_layer(fn, layers, args.reps, args.warmup)
+                med, p10, p90 = peer_common.time_layer(fn, layers, args.reps, args.warmup, args.warmup_ms)
             except Exception as e:  # a peer that cannot run a point reports it and goes on
                 print(f"grouped_mm T={tokens} {kind}: failed: {e}", file=sys.stderr)
                 med = p10 = p90 = float("nan")

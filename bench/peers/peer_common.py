@@ -11,6 +11,11 @@ import numpy as np
 import torch
 
 
+# As the C++ benchmark (src/kernels/cuda/bench_timing.h, kSteadyStateWarmupMs): every timed series follows this much
+# warm-up, so that it runs at the clocks the software power cap settles at under sustained load.
+STEADY_STATE_WARMUP_MS = 300.0
+
+
 def parse_args(description):
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--routing-dir", required=True, help="folder of routing_<kind>_T<T>.bin files")
@@ -22,6 +27,8 @@ def parse_args(description):
     p.add_argument("--layers", type=int, default=5)
     p.add_argument("--reps", type=int, default=100)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--warmup-ms", type=float, default=STEADY_STATE_WARMUP_MS,
+                   help="and at least this much device time of warm-up replays before each timed series")
     p.add_argument("--csv", required=True)
     return p.parse_args()
 
@@ -52,9 +59,9 @@ def make_layers(count, experts, hidden, inter, max_tokens, device):
     return layers
 
 
-def time_layer(fn_per_layer, layers, reps, warmup):
-    """Captures fn(layer) in one CUDA graph per layer and times replays rotated over the layers; returns the
-    median and the 10th/90th percentile in microseconds."""
+def time_layer(fn_per_layer, layers, reps, warmup, warmup_ms=STEADY_STATE_WARMUP_MS):
+    """Captures fn(layer) in one CUDA graph per layer and times replays rotated over the layers after at least
+    `warmup` replays and `warmup_ms` of warm-up; returns the median and the 10th/90th percentile in microseconds."""
     stream = torch.cuda.Stream()
     graphs = []
     with torch.cuda.stream(stream):
@@ -68,8 +75,19 @@ def time_layer(fn_per_layer, layers, reps, warmup):
                 layer["out"] = fn_per_layer(layer)
             graphs.append(g)
     torch.cuda.synchronize()
-    for i in range(warmup):
-        graphs[i % len(graphs)].replay()
+    done, elapsed_ms, batch = 0, 0.0, max(1, warmup)
+    mark = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+    while done < warmup or elapsed_ms < warmup_ms:
+        with torch.cuda.stream(stream):
+            mark[0].record(stream)
+            for i in range(batch):
+                graphs[(done + i) % len(graphs)].replay()
+            mark[1].record(stream)
+        mark[1].synchronize()
+        elapsed_ms += mark[0].elapsed_time(mark[1])
+        done += batch
+        per_replay_ms = max(elapsed_ms / done, 1e-4)
+        batch = int(min(max((warmup_ms - elapsed_ms) / per_replay_ms + 1, 1), 65536))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     with torch.cuda.stream(stream):

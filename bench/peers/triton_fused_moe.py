@@ -133,7 +133,7 @@ def main():
                     check = fn(layers[0]).float()[: min(4, tokens)]
                     ref = peer_common.reference_out(layers[0], ids, weights, args.inter)
                     err = float((check - ref).norm() / ref.norm())
-                    med, p10, p90 = peer_common.time_layer(fn, layers, args.reps, args.warmup)
+                    med, p10, p90 = peer_common.time_layer(fn, layers, args.reps, args.warmup, args.warmup_ms)
                 except Exception as e:  # a configuration that cannot run is reported and skipped
                     print(f"triton T={tokens} {kind} {name}: failed: {e}", file=sys.stderr)
                     continue

@@ -35,8 +35,9 @@ struct BenchMoeFlags {
 };
 
 void printTable(const kernels::cuda::MoeBenchResult& r) {
-    fmt::print("device: {}  copy {:.2f} TB/s (read+write)  bf16 gemm {:.0f} TFLOP/s (cuBLAS 8192^3)\n", r.device,
-               r.copy_tbps, r.gemm_tflops);
+    fmt::print(
+        "device: {}  copy {:.2f} TB/s (read+write)  bf16 gemm {:.0f} TFLOP/s steady ({:.0f} burst; cuBLAS 8192^3)\n",
+        r.device, r.copy_tbps, r.gemm_tflops, r.gemm_burst_tflops);
     fmt::print("{:>6} {:>8} {:>14} {:>4} {:>10} {:>10} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}\n", "T", "routing", "tile",
                "exp", "median_us", "floor_us", "%floor", "TFLOP/s", "perm_us", "gateup_us", "down_us", "comb_us");
     for (const auto& row : r.rows) {

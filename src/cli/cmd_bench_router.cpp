@@ -26,8 +26,9 @@ struct BenchRouterFlags {
 };
 
 void printTable(const kernels::cuda::RouterBenchResult& r, const kernels::cuda::RouterBenchOptions& o) {
-    fmt::print("device: {}  copy {:.2f} TB/s (read+write)  bf16 gemm {:.0f} TFLOP/s (cuBLAS 8192^3)\n", r.device,
-               r.copy_tbps, r.gemm_tflops);
+    fmt::print(
+        "device: {}  copy {:.2f} TB/s (read+write)  bf16 gemm {:.0f} TFLOP/s steady ({:.0f} burst; cuBLAS 8192^3)\n",
+        r.device, r.copy_tbps, r.gemm_tflops, r.gemm_burst_tflops);
     fmt::print("router E {} H {} top-{}{}, {} gate weight sets rotated\n", o.experts, o.hidden, o.top_k,
                o.renormalize ? " renormalised" : "", o.weight_sets);
     fmt::print("{:>6} {:>10} {:>8} {:>8} {:>10} {:>7}\n", "T", "median_us", "p10_us", "p90_us", "floor_us", "%floor");

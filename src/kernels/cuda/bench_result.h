@@ -11,7 +11,8 @@ template <class Row>
 struct BenchResult {
     std::string device;
     double copy_tbps = 0;    // TB/s, bytes read + written (a 2 GiB device-to-device copy)
-    double gemm_tflops = 0;  // cuBLAS BF16 8192^3
+    double gemm_tflops = 0;  // cuBLAS BF16 8192^3 in the steady state (bench_timing.h): the compute floors'
+    double gemm_burst_tflops = 0;  // the same in a burst of 10 runs after idle, for reference
     std::vector<Row> rows;
 };
 

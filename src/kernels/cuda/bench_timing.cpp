@@ -52,11 +52,27 @@ Events::~Events() {
 }
 
 std::vector<Timing> timeInterleaved(cudaStream_t stream, int warmup, int reps, size_t configs,
-                                    const std::function<void(int, size_t)>& run) {
-    for (int i = 0; i < warmup; ++i) {
-        for (size_t c = 0; c < configs; ++c) {
-            run(i, c);
+                                    const std::function<void(int, size_t)>& run, double min_warmup_ms) {
+    // Warm-up in batches, each timed, until both minimums are met; the next batch is sized from the time per round.
+    Events marks(2);
+    int rounds = 0;
+    double elapsed_ms = 0;
+    int batch = std::max(1, warmup);
+    while (rounds < warmup || elapsed_ms < min_warmup_ms) {
+        AFD_CUDA_CHECK(cudaEventRecord(marks[0], stream));
+        for (int b = 0; b < batch; ++b) {
+            for (size_t c = 0; c < configs; ++c) {
+                run(rounds + b, c);
+            }
         }
+        AFD_CUDA_CHECK(cudaEventRecord(marks[1], stream));
+        AFD_CUDA_CHECK(cudaEventSynchronize(marks[1]));
+        float ms = 0;
+        AFD_CUDA_CHECK(cudaEventElapsedTime(&ms, marks[0], marks[1]));
+        rounds += batch;
+        elapsed_ms += ms;
+        const double per_round_ms = std::max(elapsed_ms / rounds, 1e-4);
+        batch = static_cast<int>(std::clamp((min_warmup_ms - elapsed_ms) / per_round_ms + 1.0, 1.0, 65536.0));
     }
     Events events(2 * static_cast<size_t>(reps) * configs);
     for (int i = 0; i < reps; ++i) {
@@ -84,8 +100,9 @@ std::vector<Timing> timeInterleaved(cudaStream_t stream, int warmup, int reps, s
     return timings;
 }
 
-Timing timeRuns(cudaStream_t stream, int warmup, int reps, const std::function<void(int)>& run) {
-    return timeInterleaved(stream, warmup, reps, 1, [&](int i, size_t) { run(i); })[0];
+Timing timeRuns(cudaStream_t stream, int warmup, int reps, const std::function<void(int)>& run, double min_warmup_ms) {
+    return timeInterleaved(
+        stream, warmup, reps, 1, [&](int i, size_t) { run(i); }, min_warmup_ms)[0];
 }
 
 void fillRandom(void* ptr, size_t count, uint64_t seed, float scale, cudaStream_t stream) {
@@ -103,7 +120,7 @@ double measureCopyBandwidth(cudaStream_t stream) {
     return 2.0 * static_cast<double>(bytes) / (t.median_us * 1e-6) / 1e12;
 }
 
-double measureGemmRate(cudaStream_t stream) {
+GemmRates measureGemmRates(cudaStream_t stream) {
     constexpr int n = 8192;
     const size_t count = static_cast<size_t>(n) * n;
     DeviceMemory a(count * 2);
@@ -115,12 +132,18 @@ double measureGemmRate(cudaStream_t stream) {
     AFD_CUBLAS_CHECK(cublasSetStream(handle.get(), stream));
     const float alpha = 1.0f;
     const float beta = 0.0f;
-    const Timing t = timeRuns(stream, 3, 10, [&](int) {
+    const auto gemm = [&](int) {
         AFD_CUBLAS_CHECK(cublasGemmEx(handle.get(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), CUDA_R_16BF, n,
                                       b.get(), CUDA_R_16BF, n, &beta, c.get(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
                                       CUBLAS_GEMM_DEFAULT));
-    });
-    return 2.0 * n * static_cast<double>(n) * n / (t.median_us * 1e-6) / 1e12;
+    };
+    const auto tflops = [](const Timing& t) {
+        return 2.0 * n * static_cast<double>(n) * n / (t.median_us * 1e-6) / 1e12;
+    };
+    GemmRates rates;
+    rates.burst_tflops = tflops(timeRuns(stream, 3, 10, gemm, 0.0));
+    rates.steady_tflops = tflops(timeRuns(stream, 3, 20, gemm));
+    return rates;
 }
 
 }  // namespace afd::kernels::cuda

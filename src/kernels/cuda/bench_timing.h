@@ -60,15 +60,24 @@ struct Timing {
     double p90_us = 0;
 };
 
-// Times `configs` alternatives together: warmup rounds, then `reps` rounds in which run(i, c) runs once for each
-// c in turn, each run between its own pair of events; one Timing (median, 10th and 90th percentile) per c.
-// Interleaved so that every alternative sees the same clocks: timed one after the other, at T >= 4096 the second of
-// two configs measured 10-15 % slower than the first, whichever it was (docs/cuda-moe-notes.md, v10).
+// Device time of the warm-up before every timed series: the software power cap lowers the SM clock within about 50-100
+// ms of tensor-heavy work (cuBLAS 8192^3 on the H200: 793 TFLOP/s for the first 10 runs after idle, 680-690 from about
+// 60 ms on; the MoE layer at T = 4096 likewise, 632 us over 30 replays, 725 over 300), so every series, the floors'
+// rates included, is timed in the steady state a serving process runs in (docs/performance.md, "Clocks").
+inline constexpr double kSteadyStateWarmupMs = 300.0;
+
+// Times `configs` alternatives together: warm-up rounds (at least `warmup`, and at least min_warmup_ms of device
+// time), then `reps` rounds in which run(i, c) runs once for each c in turn, each run between its own pair of events;
+// one Timing (median, 10th and 90th percentile) per c. Interleaved so that every alternative sees the same clocks:
+// timed one after the other, at T >= 4096 the second of two configs measured 10-15 % slower than the first, whichever
+// it was (docs/cuda-moe-notes.md, v10).
 std::vector<Timing> timeInterleaved(cudaStream_t stream, int warmup, int reps, size_t configs,
-                                    const std::function<void(int, size_t)>& run);
+                                    const std::function<void(int, size_t)>& run,
+                                    double min_warmup_ms = kSteadyStateWarmupMs);
 
 // timeInterleaved for one alternative: `reps` runs of run(i), each between a pair of events.
-Timing timeRuns(cudaStream_t stream, int warmup, int reps, const std::function<void(int)>& run);
+Timing timeRuns(cudaStream_t stream, int warmup, int reps, const std::function<void(int)>& run,
+                double min_warmup_ms = kSteadyStateWarmupMs);
 
 // count bf16 values uniform in [-scale, scale) from `seed`.
 void fillRandom(void* ptr, size_t count, uint64_t seed, float scale, cudaStream_t stream);
@@ -79,8 +88,13 @@ std::string benchDeviceName();
 // Copy bandwidth in TB/s (bytes read + written) of a 2 GiB device-to-device copy.
 double measureCopyBandwidth(cudaStream_t stream);
 
-// cuBLAS BF16 GEMM rate (TFLOP/s) at 8192^3 on random data, fp32 accumulation.
-double measureGemmRate(cudaStream_t stream);
+// cuBLAS BF16 GEMM rates (TFLOP/s) at 8192^3 on random data, fp32 accumulation: in the steady state (after
+// kSteadyStateWarmupMs of the GEMM) and in a burst (the median of 10 runs after 3, right after the copy measurement).
+struct GemmRates {
+    double steady_tflops = 0;
+    double burst_tflops = 0;
+};
+GemmRates measureGemmRates(cudaStream_t stream);
 
 // A benchmark's result with device 0's name and both rates measured on `stream`, no rows yet.
 template <class Row>
@@ -88,7 +102,9 @@ BenchResult<Row> startBenchResult(cudaStream_t stream) {
     BenchResult<Row> result;
     result.device = benchDeviceName();
     result.copy_tbps = measureCopyBandwidth(stream);
-    result.gemm_tflops = measureGemmRate(stream);
+    const GemmRates gemm = measureGemmRates(stream);
+    result.gemm_tflops = gemm.steady_tflops;
+    result.gemm_burst_tflops = gemm.burst_tflops;
     return result;
 }
 
