@@ -21,6 +21,8 @@
 #                  rounds: what each part of the work costs the layer (bounds.log); the builds come from AFD_DIAG_DIR
 #                  (afd_diag1, afd_diag2, afd_diag3, afd_diag4) or are made here (build-gpu-diag/)
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
+#   AFD_WARMUP_MS  device time of warm-up before each timed series, ours and the peers' (default: the benchmarks' own,
+#                  300 ms, the steady state under the power cap; 0: burst clocks)
 #   AFD_BUNDLE     1: at the end, pack everything under OUT (earlier runs' files too) except gpu_check.log into
 #                  OUT/bundle.tgz and remove the loose files (for a lender that returns only a few files per call)
 # Every phase has a time limit so that the table still prints when one phase hangs or fails.
@@ -30,6 +32,8 @@ out="${OUT:-$root/gpu_out}"
 deps="${AFD_GPU_DEPS:-$root/.gpu_deps/root}"
 phases="${AFD_PHASES:-tests bench sweep peers router ffn hf}"
 reps="${AFD_REPS:-100}"
+warm_args=()
+if [ -n "${AFD_WARMUP_MS:-}" ]; then warm_args=(--warmup-ms "$AFD_WARMUP_MS"); fi
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONUNBUFFERED=1
@@ -79,7 +83,7 @@ afd_summary="$out/afd_summary.txt"
 mkdir -p "$routing_dir"
 if has_phase bench; then
     stamp "afd bench moe"
-    timeout "${AFD_T_BENCH:-240}" "$bin/afd" bench moe --reps "$reps" --csv "$out/ours.csv" \
+    timeout "${AFD_T_BENCH:-240}" "$bin/afd" bench moe --reps "$reps" "${warm_args[@]}" --csv "$out/ours.csv" \
         --dump-routing "$routing_dir" >"$out/bench.log" 2>&1
     echo "bench exit $?"
     cat "$out/bench.log"
@@ -128,7 +132,7 @@ if has_phase peers; then
     for peer in grouped_mm_moe triton_fused_moe; do
         stamp "peer $peer"
         (cd "$root/bench/peers" &&
-            timeout "${AFD_T_PEER:-200}" python3 "$peer.py" --routing-dir "$routing_dir" --reps "$peer_reps" \
+            timeout "${AFD_T_PEER:-200}" python3 "$peer.py" --routing-dir "$routing_dir" --reps "$peer_reps" "${warm_args[@]}" \
                 --csv "$out/${peer%%_moe}.csv") >>"$out/peers.log" 2>&1
         echo "$peer exit $?"
     done
@@ -136,9 +140,9 @@ if has_phase peers; then
 fi
 if has_phase router; then
     stamp "afd bench router and its torch peer"
-    timeout 120 "$bin/afd" bench router --csv "$out/router.csv" >"$out/router.log" 2>&1
+    timeout 120 "$bin/afd" bench router "${warm_args[@]}" --csv "$out/router.csv" >"$out/router.log" 2>&1
     echo "bench router exit $?"
-    (cd "$root/bench/peers" && timeout 200 python3 torch_router.py --csv "$out/torch_router.csv") \
+    (cd "$root/bench/peers" && timeout 200 python3 torch_router.py "${warm_args[@]}" --csv "$out/torch_router.csv") \
         >>"$out/router.log" 2>&1
     echo "torch_router exit $?"
     python3 - "$out/router.csv" "$out/torch_router.csv" >>"$afd_summary" <<'PY'

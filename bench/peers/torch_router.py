@@ -29,6 +29,8 @@ def main():
     p.add_argument("--weight-sets", type=int, default=256)
     p.add_argument("--reps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--warmup-ms", type=float, default=peer_common.STEADY_STATE_WARMUP_MS,
+                   help="and at least this much device time of warm-up replays before each timed series")
     p.add_argument("--csv", required=True)
     args = p.parse_args()
     dev = torch.device("cuda")
@@ -44,7 +46,7 @@ def main():
         sets = [{"gate": w} for w in gates]
         try:
             med, p10, p90 = peer_common.time_layer(lambda s: route(x, s["gate"], args.top_k, True), sets, args.reps,
-                                                   args.warmup)
+                                                   args.warmup, args.warmup_ms)
         except Exception as e:  # a peer that cannot run a point reports it and goes on
             print(f"torch_router T={tokens}: failed: {e}", file=sys.stderr)
             med = p10 = p90 = float("nan")

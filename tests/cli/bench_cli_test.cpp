@@ -51,6 +51,8 @@ TEST(BenchCli, MoeRefusesShapesAndCountsTheLayerDoesNotTake) {
     expectBadFlag({"moe", "--zipf-exponent", "-1"}, "--zipf-exponent");
     expectBadFlag({"moe", "--fuse-combine-entries", "300"}, "--fuse-combine-entries");
     expectBadFlag({"moe", "--early-release-up-to", "-1"}, "--early-release-up-to");
+    expectBadFlag({"moe", "--warmup-ms", "-1"}, "--warmup-ms");
+    expectBadFlag({"router", "--warmup-ms", "-5"}, "--warmup-ms");
 }
 #else
 // Without the CUDA backend each bench subcommand says so and exits 1.

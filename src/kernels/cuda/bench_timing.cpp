@@ -109,18 +109,19 @@ void fillRandom(void* ptr, size_t count, uint64_t seed, float scale, cudaStream_
     AFD_CUDA_CHECK(launchFillRandomBf16(static_cast<uint16_t*>(ptr), static_cast<int64_t>(count), seed, scale, stream));
 }
 
-double measureCopyBandwidth(cudaStream_t stream) {
+double measureCopyBandwidth(cudaStream_t stream, double warmup_ms) {
     const size_t bytes = size_t{2} << 30;
     DeviceMemory src(bytes);
     DeviceMemory dst(bytes);
     fillRandom(src.get(), bytes / 2, 99, 1.0f, stream);
-    const Timing t = timeRuns(stream, 3, 20, [&](int) {
-        AFD_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, stream));
-    });
+    const Timing t = timeRuns(
+        stream, 3, 20,
+        [&](int) { AFD_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, stream)); },
+        warmup_ms);
     return 2.0 * static_cast<double>(bytes) / (t.median_us * 1e-6) / 1e12;
 }
 
-GemmRates measureGemmRates(cudaStream_t stream) {
+GemmRates measureGemmRates(cudaStream_t stream, double warmup_ms) {
     constexpr int n = 8192;
     const size_t count = static_cast<size_t>(n) * n;
     DeviceMemory a(count * 2);
@@ -142,7 +143,7 @@ GemmRates measureGemmRates(cudaStream_t stream) {
     };
     GemmRates rates;
     rates.burst_tflops = tflops(timeRuns(stream, 3, 10, gemm, 0.0));
-    rates.steady_tflops = tflops(timeRuns(stream, 3, 20, gemm));
+    rates.warm_tflops = tflops(timeRuns(stream, 3, 20, gemm, warmup_ms));
     return rates;
 }
 

@@ -60,12 +60,6 @@ struct Timing {
     double p90_us = 0;
 };
 
-// Device time of the warm-up before every timed series: the software power cap lowers the SM clock within about 50-100
-// ms of tensor-heavy work (cuBLAS 8192^3 on the H200: 793 TFLOP/s for the first 10 runs after idle, 680-690 from about
-// 60 ms on; the MoE layer at T = 4096 likewise, 632 us over 30 replays, 725 over 300), so every series, the floors'
-// rates included, is timed in the steady state a serving process runs in (docs/performance.md, "Clocks").
-inline constexpr double kSteadyStateWarmupMs = 300.0;
-
 // Times `configs` alternatives together: warm-up rounds (at least `warmup`, and at least min_warmup_ms of device
 // time), then `reps` rounds in which run(i, c) runs once for each c in turn, each run between its own pair of events;
 // one Timing (median, 10th and 90th percentile) per c. Interleaved so that every alternative sees the same clocks:
@@ -85,25 +79,27 @@ void fillRandom(void* ptr, size_t count, uint64_t seed, float scale, cudaStream_
 // Name of device 0 (the benchmarks run there).
 std::string benchDeviceName();
 
-// Copy bandwidth in TB/s (bytes read + written) of a 2 GiB device-to-device copy.
-double measureCopyBandwidth(cudaStream_t stream);
+// Copy bandwidth in TB/s (bytes read + written) of a 2 GiB device-to-device copy, after warmup_ms of copies.
+double measureCopyBandwidth(cudaStream_t stream, double warmup_ms);
 
-// cuBLAS BF16 GEMM rates (TFLOP/s) at 8192^3 on random data, fp32 accumulation: in the steady state (after
-// kSteadyStateWarmupMs of the GEMM) and in a burst (the median of 10 runs after 3, right after the copy measurement).
+// cuBLAS BF16 GEMM rates (TFLOP/s) at 8192^3 on random data, fp32 accumulation: after warmup_ms of the GEMM (the
+// compute floor of series timed after as much warm-up) and in a burst (the median of 10 runs after 3, right after the
+// copy measurement).
 struct GemmRates {
-    double steady_tflops = 0;
+    double warm_tflops = 0;
     double burst_tflops = 0;
 };
-GemmRates measureGemmRates(cudaStream_t stream);
+GemmRates measureGemmRates(cudaStream_t stream, double warmup_ms);
 
-// A benchmark's result with device 0's name and both rates measured on `stream`, no rows yet.
+// A benchmark's result with device 0's name and both rates measured on `stream` (each after warmup_ms of itself, as
+// the benchmark's series), no rows yet.
 template <class Row>
-BenchResult<Row> startBenchResult(cudaStream_t stream) {
+BenchResult<Row> startBenchResult(cudaStream_t stream, double warmup_ms) {
     BenchResult<Row> result;
     result.device = benchDeviceName();
-    result.copy_tbps = measureCopyBandwidth(stream);
-    const GemmRates gemm = measureGemmRates(stream);
-    result.gemm_tflops = gemm.steady_tflops;
+    result.copy_tbps = measureCopyBandwidth(stream, warmup_ms);
+    const GemmRates gemm = measureGemmRates(stream, warmup_ms);
+    result.gemm_tflops = gemm.warm_tflops;
     result.gemm_burst_tflops = gemm.burst_tflops;
     return result;
 }

@@ -205,7 +205,7 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
     AFD_CHECK(o.omit_stage.empty() || o.omit_stage == "permute" || o.omit_stage == "combine",
               "bench moe: omit_stage must be permute or combine, got '{}'", o.omit_stage);
     Stream stream;
-    MoeBenchResult result = startBenchResult<MoeBenchRow>(stream.get());
+    MoeBenchResult result = startBenchResult<MoeBenchRow>(stream.get(), o.warmup_ms);
     if constexpr (kDiagnosticBuild) {
         // On every table and CSV row: these kernels skip work (moe_grouped_gemm.h), their times are bounds.
         result.device += fmt::format(" [DIAGNOSTIC BUILD, AFD_MOE_DIAG_SKIP={}: skips{}{}{}; results wrong]",
@@ -296,10 +296,13 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
             // Replay r of the round-robin sequence uses layer r % layers, so consecutive replays (of one config or of
             // two) never share weights in L2; with one config this is replay i on layer i % layers.
             const size_t n = configs.size();
-            const std::vector<Timing> timings = timeInterleaved(s, o.warmup, o.reps, n, [&](int i, size_t c) {
-                const size_t replay = static_cast<size_t>(i) * n + c;
-                configs[c].graphs[replay % static_cast<size_t>(o.layers)]->launch(s);
-            });
+            const std::vector<Timing> timings = timeInterleaved(
+                s, o.warmup, o.reps, n,
+                [&](int i, size_t c) {
+                    const size_t replay = static_cast<size_t>(i) * n + c;
+                    configs[c].graphs[replay % static_cast<size_t>(o.layers)]->launch(s);
+                },
+                o.warmup_ms);
             for (size_t c = 0; c < n; ++c) {
                 const MoeCudaOptions& options = configs[c].options;
                 const std::vector<std::unique_ptr<Graph>>& graphs = configs[c].graphs;
@@ -340,9 +343,11 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                                 std::make_unique<Graph>(s, [&] { stages[st](params(l), ws, ws_bytes, s, options); }));
                         }
                         const int reps = std::max(10, o.reps / 2);
-                        *outs[st] = timeRuns(s, 3, reps, [&](int i) {
-                                        stage_graphs[static_cast<size_t>(i % o.layers)]->launch(s);
-                                    }).median_us;
+                        *outs[st] =
+                            timeRuns(
+                                s, 3, reps, [&](int i) { stage_graphs[static_cast<size_t>(i % o.layers)]->launch(s); },
+                                o.warmup_ms)
+                                .median_us;
                     }
                 }
                 const double flops =

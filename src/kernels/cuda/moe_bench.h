@@ -25,7 +25,8 @@ struct MoeBenchOptions {
     double zipf_exponent = 1.0;
     int layers = 5;                  // weight sets rotated between replays (>= 4 keeps L2 cold)
     int reps = 100;                  // timed replays per point (median reported)
-    int warmup = 10;                 // untimed replays per point, at least (and kSteadyStateWarmupMs of them)
+    int warmup = 10;                 // untimed replays per point, at least
+    double warmup_ms = kSteadyStateWarmupMs;  // and at least this much device time of them (bench_result.h)
     bool stages = true;              // also time the four stages apart (graphs of one stage each)
     bool fuse_small_routing = true;  // MoeCudaOptions::fuse_small_routing
     int fused_combine_entries = MoeCudaOptions{}.fused_combine_entries;  // MoeCudaOptions::fused_combine_entries

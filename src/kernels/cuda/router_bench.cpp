@@ -20,7 +20,7 @@ RouterBenchResult runRouterBench(const RouterBenchOptions& o) {
               o.reps);
     Stream stream;
     const cudaStream_t s = stream.get();
-    RouterBenchResult result = startBenchResult<RouterBenchRow>(s);
+    RouterBenchResult result = startBenchResult<RouterBenchRow>(s, o.warmup_ms);
 
     const int64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
     const size_t gate_bytes = static_cast<size_t>(o.experts * o.hidden) * 2;
@@ -58,8 +58,9 @@ RouterBenchResult runRouterBench(const RouterBenchOptions& o) {
                 s, [&] { routerForwardCuda(params(set), workspace.get(), workspace.bytes(), s); }));
         }
         AFD_CUDA_CHECK(cudaStreamSynchronize(s));
-        const Timing t =
-            timeRuns(s, o.warmup, o.reps, [&](int i) { graphs[static_cast<size_t>(i % o.weight_sets)]->launch(s); });
+        const Timing t = timeRuns(
+            s, o.warmup, o.reps, [&](int i) { graphs[static_cast<size_t>(i % o.weight_sets)]->launch(s); },
+            o.warmup_ms);
         RouterBenchRow row;
         row.tokens = tokens;
         row.median_us = t.median_us;

@@ -21,7 +21,8 @@ struct RouterBenchOptions {
     bool renormalize = true;
     int weight_sets = 256;  // gate weight sets rotated between replays (256 x 512 KB = 128 MB at the defaults)
     int reps = 200;         // timed replays per point (median reported)
-    int warmup = 20;        // untimed replays per point, at least (and kSteadyStateWarmupMs of them)
+    int warmup = 20;        // untimed replays per point, at least
+    double warmup_ms = kSteadyStateWarmupMs;  // and at least this much device time of them (bench_result.h)
     uint64_t seed = 1;
 };
 
