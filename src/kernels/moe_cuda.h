@@ -38,8 +38,9 @@ namespace afd::kernels {
 // up to 128 tokens (token tiles by TMA), so each token tile is re-read half as often as with kWide128. kWide128Pair /
 // kWide256Pair: the wide tiles in clusters of two CTAs on adjacent weight tiles of one expert that load each token tile
 // once for both (TMA multicast), which halves the token bytes read through L2; they need inter % (64 * 2) == 0 and
-// hidden % (128 * 2) == 0. kAuto picks from T * top_k /
-// num_experts (never a pair shape: they measured the same as the single-CTA wide shapes).
+// hidden % (128 * 2) == 0. kAuto picks from T * top_k / num_experts: kTall128 from 64 entries per expert where it
+// divides the layer (the fastest with skewed routing), never a pair shape (they measured the same as the single-CTA
+// wide shapes).
 enum class MoeTileConfig {
     kAuto,
     kTiny8,

@@ -553,13 +553,22 @@ TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
     const std::pair<int64_t, MoeTileConfig> expected[] = {
         {1, MoeTileConfig::kTiny8},       {2, MoeTileConfig::kTiny8},      {3, MoeTileConfig::kSmall16},
         {64, MoeTileConfig::kSmall16},    {256, MoeTileConfig::kSmall64},  {272, MoeTileConfig::kWide128},
-        {1024, MoeTileConfig::kWide128},  {1792, MoeTileConfig::kWide128}, {1808, MoeTileConfig::kWide288},
-        {4096, MoeTileConfig::kWide288},  {4608, MoeTileConfig::kWide288}, {4624, MoeTileConfig::kWide256},
-        {16384, MoeTileConfig::kWide256},
+        {1008, MoeTileConfig::kWide128},  {1024, MoeTileConfig::kTall128}, {4096, MoeTileConfig::kTall128},
+        {16384, MoeTileConfig::kTall128},
     };
     for (const auto& [tokens, config] : expected) {
         p.num_tokens = tokens;
         EXPECT_EQ(resolveMoeTileConfig(p, MoeCudaOptions{}), config) << "T " << tokens;
+    }
+    // Where the 256-row tile does not divide the layer (inter % 128 != 0), the wide shapes by entries per expert.
+    p.inter = 192;
+    const std::pair<int64_t, MoeTileConfig> without_tall[] = {
+        {1024, MoeTileConfig::kWide128}, {1792, MoeTileConfig::kWide128}, {1808, MoeTileConfig::kWide288},
+        {4608, MoeTileConfig::kWide288}, {4624, MoeTileConfig::kWide256},
+    };
+    for (const auto& [tokens, config] : without_tall) {
+        p.num_tokens = tokens;
+        EXPECT_EQ(resolveMoeTileConfig(p, MoeCudaOptions{}), config) << "T " << tokens << " inter 192";
     }
 }
 

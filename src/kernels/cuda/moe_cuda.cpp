@@ -409,7 +409,16 @@ MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions
     // 17 (T = 384 for Qwen3-30B-A3B) kWide128 is as fast as kSmall64 with uniform routing and 7-14 % faster with zipf;
     // above 112 (T = 2048) a 128-token tile leaves about half the experts a second, nearly empty tile, and kWide288 is
     // 5-13 % faster with uniform routing (2 % slower with zipf at 128).
-    if (mean > 288) {
+    // v16 (docs/bench-runs/v16-experiments.log, calls 13-15, each tile in its own invocation): from a mean of 64 (T =
+    // 1024) kTall128 (256 weight rows x 128 tokens, so each token tile is read by half as many items) is the fastest
+    // with zipf routing at every T (2048 6-12 %, 4096 3-7 %, 16384 2-3 % faster than kWide288 / kWide256) and with both
+    // routings at T = 1024-1536 (2-5 % faster than kWide128); with uniform routing at T = 2048-4096 kWide288, whose
+    // tile holds a whole expert, is 1.5-12 % faster. The host cannot see the skew before the launch; the choice favours
+    // skewed routing, the shape real routers produce.
+    const MoeTileConfig tall = MoeTileConfig::kTall128;
+    if (mean >= 64 && shapeFits(params, cuda::tileShape(tall))) {
+        config = tall;
+    } else if (mean > 288) {
         config = MoeTileConfig::kWide256;
     } else if (mean > 112) {
         config = MoeTileConfig::kWide288;
