@@ -16,6 +16,14 @@ import torch
 STEADY_STATE_WARMUP_MS = 300.0
 
 
+def add_timing_args(p, reps, warmup):
+    """The timing flags every peer takes: timed replays per point, and the warm-up before them (time_layer)."""
+    p.add_argument("--reps", type=int, default=reps)
+    p.add_argument("--warmup", type=int, default=warmup)
+    p.add_argument("--warmup-ms", type=float, default=STEADY_STATE_WARMUP_MS,
+                   help="and at least this much device time of warm-up replays before each timed series")
+
+
 def parse_args(description):
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--routing-dir", required=True, help="folder of routing_<kind>_T<T>.bin files")
@@ -25,10 +33,7 @@ def parse_args(description):
     p.add_argument("--inter", type=int, default=768)
     p.add_argument("--experts", type=int, default=128)
     p.add_argument("--layers", type=int, default=5)
-    p.add_argument("--reps", type=int, default=100)
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--warmup-ms", type=float, default=STEADY_STATE_WARMUP_MS,
-                   help="and at least this much device time of warm-up replays before each timed series")
+    add_timing_args(p, reps=100, warmup=10)
     p.add_argument("--csv", required=True)
     return p.parse_args()
 

@@ -27,10 +27,7 @@ def main():
     p.add_argument("--experts", type=int, default=128)
     p.add_argument("--top-k", type=int, default=8)
     p.add_argument("--weight-sets", type=int, default=256)
-    p.add_argument("--reps", type=int, default=200)
-    p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--warmup-ms", type=float, default=peer_common.STEADY_STATE_WARMUP_MS,
-                   help="and at least this much device time of warm-up replays before each timed series")
+    peer_common.add_timing_args(p, reps=200, warmup=20)
     p.add_argument("--csv", required=True)
     args = p.parse_args()
     dev = torch.device("cuda")

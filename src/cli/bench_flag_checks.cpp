@@ -1,6 +1,10 @@
 // Checks of `afd bench`'s shape flags (bench_flag_checks.h).
 #include "cli/bench_flag_checks.h"
 
+#include <fmt/core.h>
+
+#include <CLI/CLI.hpp>
+
 #include "core/logging.h"
 
 namespace afd::cli {
@@ -21,6 +25,21 @@ bool multipleOf(const char* command, const char* flag, int64_t value, int64_t mu
         return false;
     }
     return true;
+}
+
+void addWarmupMsOption(CLI::App& command, double& warmup_ms) {
+    command
+        .add_option("--warmup-ms", warmup_ms,
+                    "device time of warm-up replays before each timed series, the floors' rates included (0: burst, "
+                    "the clocks right after idle; the default is the steady state under the power cap)")
+        ->check(CLI::Range(0.0, 60000.0));
+}
+
+void printBenchRates(const std::string& device, double copy_tbps, double gemm_tflops, double gemm_burst_tflops) {
+    fmt::print(
+        "device: {}  copy {:.2f} TB/s (read+write)  bf16 gemm {:.0f} TFLOP/s after the warm-up ({:.0f} burst; "
+        "cuBLAS 8192^3)\n",
+        device, copy_tbps, gemm_tflops, gemm_burst_tflops);
 }
 
 bool topKWithinExperts(const char* command, int64_t top_k, int64_t experts) {

@@ -1,11 +1,23 @@
-// Checks of `afd bench`'s shape flags that CLI11 ranges cannot express. Each logs "<command>: <flag>: <value> <rule>"
-// and returns false when the value breaks its rule (the caller exits with kExitBadConfig).
+// What `afd bench`'s subcommands share about their flags: the checks of shape flags that CLI11 ranges cannot express
+// (each logs "<command>: <flag>: <value> <rule>" and returns false when the value breaks its rule; the caller exits
+// with kExitBadConfig), the warm-up option, and the line stating the rates every floor is measured against.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}
+
 namespace afd::cli {
+
+// --warmup-ms into `warmup_ms` (0 ... 60000; kernels/cuda/bench_result.h, kSteadyStateWarmupMs).
+void addWarmupMsOption(CLI::App& command, double& warmup_ms);
+
+// "device: … copy … TB/s … bf16 gemm … TFLOP/s after the warm-up (… burst …)" on stdout.
+void printBenchRates(const std::string& device, double copy_tbps, double gemm_tflops, double gemm_burst_tflops);
 
 bool tokensAtLeastOne(const char* command, const std::vector<int64_t>& tokens);
 bool multipleOf(const char* command, const char* flag, int64_t value, int64_t multiple);

@@ -35,10 +35,7 @@ struct BenchMoeFlags {
 };
 
 void printTable(const kernels::cuda::MoeBenchResult& r) {
-    fmt::print(
-        "device: {}  copy {:.2f} TB/s (read+write)  bf16 gemm {:.0f} TFLOP/s after the warm-up ({:.0f} burst; cuBLAS "
-        "8192^3)\n",
-        r.device, r.copy_tbps, r.gemm_tflops, r.gemm_burst_tflops);
+    printBenchRates(r.device, r.copy_tbps, r.gemm_tflops, r.gemm_burst_tflops);
     fmt::print("{:>6} {:>8} {:>14} {:>4} {:>10} {:>10} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}\n", "T", "routing", "tile",
                "exp", "median_us", "floor_us", "%floor", "TFLOP/s", "perm_us", "gateup_us", "down_us", "comb_us");
     for (const auto& row : r.rows) {
@@ -144,11 +141,7 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
     moe->add_option("--layers", flags->options.layers, "weight sets rotated between replays")
         ->check(CLI::Range(1, 1024));
     moe->add_option("--reps", flags->options.reps, "timed graph replays per point")->check(CLI::Range(1, 1000000));
-    moe->add_option(
-           "--warmup-ms", flags->options.warmup_ms,
-           "device time of warm-up replays before each timed series, the floors' rates included (0: burst, the clocks "
-           "right after idle; the default is the steady state under the power cap)")
-        ->check(CLI::Range(0.0, 60000.0));
+    addWarmupMsOption(*moe, flags->options.warmup_ms);
     moe->add_option("--csv", flags->csv, "also write the rows to this CSV file");
     moe->add_option("--dump-routing", flags->options.dump_routing_dir,
                     "write each point's routing to this folder (read by bench/peers)");

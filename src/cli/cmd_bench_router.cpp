@@ -26,10 +26,7 @@ struct BenchRouterFlags {
 };
 
 void printTable(const kernels::cuda::RouterBenchResult& r, const kernels::cuda::RouterBenchOptions& o) {
-    fmt::print(
-        "device: {}  copy {:.2f} TB/s (read+write)  bf16 gemm {:.0f} TFLOP/s after the warm-up ({:.0f} burst; cuBLAS "
-        "8192^3)\n",
-        r.device, r.copy_tbps, r.gemm_tflops, r.gemm_burst_tflops);
+    printBenchRates(r.device, r.copy_tbps, r.gemm_tflops, r.gemm_burst_tflops);
     fmt::print("router E {} H {} top-{}{}, {} gate weight sets rotated\n", o.experts, o.hidden, o.top_k,
                o.renormalize ? " renormalised" : "", o.weight_sets);
     fmt::print("{:>6} {:>10} {:>8} {:>8} {:>10} {:>7}\n", "T", "median_us", "p10_us", "p90_us", "floor_us", "%floor");
@@ -92,12 +89,7 @@ void addBenchRouterCommand(CLI::App& bench, int& exit_code) {
     router->add_option("--weight-sets", flags->options.weight_sets, "gate weight sets rotated between replays")
         ->check(CLI::PositiveNumber);
     router->add_option("--reps", flags->options.reps, "timed graph replays per point")->check(CLI::PositiveNumber);
-    router
-        ->add_option(
-            "--warmup-ms", flags->options.warmup_ms,
-            "device time of warm-up replays before each timed series, the floors' rates included (0: burst, the clocks "
-            "right after idle; the default is the steady state under the power cap)")
-        ->check(CLI::Range(0.0, 60000.0));
+    addWarmupMsOption(*router, flags->options.warmup_ms);
     router->add_flag("--no-renormalize", flags->no_renormalize, "keep the top-k probabilities as they are");
     router->add_option("--csv", flags->csv, "also write the rows to this CSV file");
     router->callback([flags, &exit_code] { exit_code = runBenchRouter(*flags); });
