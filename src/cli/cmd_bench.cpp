@@ -29,6 +29,7 @@ struct BenchMoeFlags {
     bool static_schedule = false;
     bool late_release = false;
     bool no_down_prefetch = false;
+    bool down_after_gate_up = false;
     bool no_gate_up_prefetch = false;
     bool token_gather = false;
     bool evict_first_weights = false;
@@ -102,6 +103,7 @@ int runBenchMoe(BenchMoeFlags& flags) {
     flags.options.down_prefetch = !flags.no_down_prefetch;
     flags.options.gate_up_prefetch = !flags.no_gate_up_prefetch;
     flags.options.slot_gather = !flags.token_gather;
+    flags.options.down_per_expert = !flags.down_after_gate_up;
     flags.options.shared_weights_evict_normal = !flags.evict_first_weights;
     try {
         const auto result = kernels::cuda::runMoeBench(flags.options);
@@ -162,6 +164,9 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
         ->check(CLI::Range(0, 1 << 30));
     moe->add_flag("--no-down-prefetch", flags->no_down_prefetch,
                   "the down kernel issues no weight copies before the gate-up kernel has finished");
+    moe->add_flag("--down-after-gate-up", flags->down_after_gate_up,
+                  "the down kernel waits for the whole gate-up kernel (by default each down item waits only for the "
+                  "gate-up items of its expert)");
     moe->add_flag(
         "--no-gate-up-prefetch", flags->no_gate_up_prefetch,
         "the wide128 gate-up kernel does not stream beside the gather kernel: it gathers its own token rows (or "

@@ -104,6 +104,12 @@ struct MoeCudaOptions {
     // time, find them in L2 (false: evict_first for every item). wide128 keeps evict_first (its batches are
     // memory-bound: T = 1024 with zipf routing measured 1 % slower, docs/cuda-moe-notes.md v11).
     bool shared_weights_evict_normal = true;
+    // Token-TMA shapes (no CTA pairs, no fused combine): each down item waits only until every gate-up item of its
+    // expert has stored its h rows, not for the whole gate-up kernel, so the down CTAs that take the SMs of finished
+    // gate-up CTAs stream while the gate-up kernel's last items run. moeDownCuda then needs the moeGateUpCuda of the
+    // same layer and options before it on the stream (false: the down kernel waits for the gate-up grid, and either
+    // stage may be replayed alone).
+    bool down_per_expert = true;
     // Diagnostics (afd bench moe --timeline): when non-null, a device buffer of 2 * kMoeTraceMaxCtas *
     // kMoeTraceSlots words into which each CTA of the gate-up (block 0) and down (block 1) GEMM kernels writes
     // %globaltimer stamps (ns) of the MoeTraceEvent points, and its item count.
@@ -121,6 +127,8 @@ enum MoeTraceEvent : int {
     kTraceLastMma,       // consumer warpgroup 0 finished the MMAs of its last item
     kTraceEnd,           // consumer warpgroup 0 finished its last epilogue (and fused combine)
     kTraceProducerDone,  // the producer issued its last copy
+    kTraceRowsReady,     // gate-up: the producer found its first item's token rows complete (slot-order gather)
+    kTraceGatherFirst,   // gate-up: the CTA's first gathering warp counted its first group of rows
     kTraceItems,         // items consumed (a count, not a time)
     kMoeTraceSlots
 };

@@ -170,21 +170,23 @@ struct Mode {
     bool early_stage_release = true;
     bool gate_up_prefetch = true;
     bool slot_gather = true;
+    bool down_per_expert = true;
 };
 
 // Each configuration with the default options; when the case is small enough for the fused paths, also with the
 // permute and combine kernels, and with the permute kernel but the combine in the down kernel (allowed up to its
 // cap, so that down CTAs with many items arrive on each block several times). Every configuration also runs with the
 // static round robin, the stages released after the next stage's wgmma and the gate-up kernel waiting for the gather
-// before its first copy (the token-TMA shapes take items from the device-wide counter by default, and wide128's gate-up
-// kernel streams its first weights beside the gather; the other token-TMA shapes' gate-up kernels gather x themselves,
-// and wide128's does too without its prefetch). The token-TMA shapes also run after the token-order gather kernel,
+// before its first copy, and the down kernel waiting for the whole gate-up kernel (the token-TMA shapes take items
+// from the device-wide counter by default, their down items wait per expert, and wide128's gate-up kernel streams its
+// first weights beside the gather; the other token-TMA shapes' gate-up kernels gather x themselves, and wide128's does
+// too without its prefetch). The token-TMA shapes also run after the token-order gather kernel,
 // waited for as a whole (MoeCudaOptions::slot_gather off).
 std::vector<Mode> configsAndFusionModes(const Case& c) {
     std::vector<Mode> modes;
     for (const MoeTileConfig t : configsFor(c)) {
         modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries});
-        modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, false, false, false});
+        modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, false, false, false, true, false});
         if (loadsTokensByTma(t)) {
             modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, true, true, true, false});
         }
@@ -330,6 +332,7 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
             options.early_stage_release = mode.early_stage_release;
             options.gate_up_prefetch = mode.gate_up_prefetch;
             options.slot_gather = mode.slot_gather;
+            options.down_per_expert = mode.down_per_expert;
             const MoeParams params = p.params();
             const MoeTileConfig resolved = resolveMoeTileConfig(params, options);
             const MoeWorkspaceView view = moeWorkspaceView(params, p.d_ws.get(), p.d_ws.bytes());
@@ -469,6 +472,7 @@ TEST(MoeCudaTest, StagesReplayedAloneServeEveryItem) {
         SCOPED_TRACE(moeTileConfigName(tile));
         MoeCudaOptions options;
         options.tile = tile;
+        options.down_per_expert = false;  // the down stage replayed without its gate-up stage
         const MoeWorkspaceView view = moeWorkspaceView(params, p.d_ws.get(), p.d_ws.bytes());
         p.poisonOutputs();
         moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);

@@ -109,8 +109,9 @@ struct Layer {
 };
 
 const char* traceEventName(int event) {
-    static const char* const kNames[kMoeTraceSlots] = {"entry",    "setup", "dependency", "first-load", "first-data",
-                                                       "last-mma", "end",   "prod-done",  "items"};
+    static const char* const kNames[kMoeTraceSlots] = {"entry",      "setup",        "dependency", "first-load",
+                                                       "first-data", "last-mma",     "end",        "prod-done",
+                                                       "rows-ready", "gather-first", "items"};
     return kNames[event];
 }
 
@@ -271,6 +272,7 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 options.down_prefetch = o.down_prefetch;
                 options.gate_up_prefetch = o.gate_up_prefetch;
                 options.slot_gather = o.slot_gather;
+                options.down_per_expert = o.down_per_expert;
                 options.shared_weights_evict_normal = o.shared_weights_evict_normal;
                 MoeBenchRow row;
                 row.tokens = tokens;
@@ -339,8 +341,12 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                     for (int st = 0; st < 4; ++st) {
                         std::vector<std::unique_ptr<Graph>> stage_graphs;
                         for (int l = 0; l < o.layers; ++l) {
-                            stage_graphs.push_back(
-                                std::make_unique<Graph>(s, [&] { stages[st](params(l), ws, ws_bytes, s, options); }));
+                            stage_graphs.push_back(std::make_unique<Graph>(s, [&] {
+                                // the down stage replays without the gate-up stage before it
+                                MoeCudaOptions alone = options;
+                                alone.down_per_expert = false;
+                                stages[st](params(l), ws, ws_bytes, s, alone);
+                            }));
                         }
                         const int reps = std::max(10, o.reps / 2);
                         *outs[st] =

@@ -36,6 +36,7 @@ struct MoeBenchOptions {
     bool down_prefetch = MoeCudaOptions{}.down_prefetch;                 // MoeCudaOptions::down_prefetch
     bool gate_up_prefetch = MoeCudaOptions{}.gate_up_prefetch;           // MoeCudaOptions::gate_up_prefetch
     bool slot_gather = MoeCudaOptions{}.slot_gather;                     // MoeCudaOptions::slot_gather
+    bool down_per_expert = MoeCudaOptions{}.down_per_expert;             // MoeCudaOptions::down_per_expert
     bool shared_weights_evict_normal = MoeCudaOptions{}.shared_weights_evict_normal;  // the MoeCudaOptions field
     // Also run each point once more with MoeCudaOptions::trace and summarise when the GEMM kernels' CTAs reach each
     // MoeTraceEvent (MoeBenchRow::timeline).

@@ -30,7 +30,8 @@ struct WorkspaceLayout {
     size_t chunk_counts = 0;
     size_t combine_counters = 0;
     // [syncWords(E)]: the dynamic scheduling words (gate-up, then down), then the slot-order gather's counts [E] and
-    // the gate-up CTAs done reading them [1] (GroupedGemmArgs::gathered, gathered_exit)
+    // the gate-up CTAs done reading them [1] (GroupedGemmArgs::gathered, gathered_exit), then the gate-up items done
+    // per expert [E] and the down CTAs done reading them [1] (GroupedGemmArgs::h_ready, h_ready_exit)
     size_t schedule = 0;
     size_t entry_slot = 0;
     size_t slot_token = 0;
@@ -41,7 +42,7 @@ struct WorkspaceLayout {
 };
 
 // Words of the workspace's schedule region (WorkspaceLayout::schedule), all zeroed by the permute stage.
-int64_t syncWords(int64_t experts) { return 2 * cuda::kScheduleWords + experts + 1; }
+int64_t syncWords(int64_t experts) { return 2 * cuda::kScheduleWords + 2 * (experts + 1); }
 
 WorkspaceLayout workspaceLayout(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter) {
     const size_t entries = static_cast<size_t>(tokens * top_k);
@@ -241,6 +242,7 @@ struct Resolved {
     bool slot_gather;    // x_sorted in slot order, counted per expert (MoeCudaOptions::slot_gather): by the gather
                          // kernel beside the gate-up kernel, or by the gate-up kernel itself (gather_in_gate_up)
     bool gather_in_gate_up;
+    int32_t* h_ready;  // MoeCudaOptions::down_per_expert where the shape takes it, else null
     int32_t* combine_counters;
     int32_t* schedule;  // WorkspaceLayout::schedule: [2 * kScheduleWords] gate-up then down, gathered [E], exit [1]
 };
@@ -265,6 +267,8 @@ Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_byte
     // themselves.
     r.slot_gather = options.slot_gather && r.shape.tma_tokens;
     r.gather_in_gate_up = r.slot_gather && !(options.gate_up_prefetch && r.config == MoeTileConfig::kWide128);
+    const bool per_expert = options.down_per_expert && r.shape.tma_tokens && r.shape.cluster == 1 && !r.fused_combine;
+    r.h_ready = per_expert ? r.schedule + 2 * cuda::kScheduleWords + params.num_experts + 1 : nullptr;
     return r;
 }
 
@@ -293,6 +297,11 @@ GroupedGemmArgs commonArgs(const MoeParams& params, const Resolved& r, const Moe
     }
     if (options.trace != nullptr) {
         args.trace = options.trace + (gate_up ? 0 : kMoeTraceMaxCtas * kMoeTraceSlots);
+    }
+    if (r.h_ready != nullptr) {
+        args.h_ready = r.h_ready;
+        args.h_ready_exit = gate_up ? nullptr : r.h_ready + params.num_experts;
+        args.h_ready_items_per_tile = static_cast<int>(params.inter / cuda::gateUpColumnsPerItem(r.shape));
     }
     if (r.fused_combine) {
         // The gate-up kernel zeroes the counters, the down kernel combines into out.
@@ -483,7 +492,7 @@ void moePermuteCuda(const MoeParams& params, void* workspace, size_t workspace_b
         params.topk_ids, static_cast<int>(params.num_tokens * params.top_k), static_cast<int>(params.top_k),
         static_cast<int>(params.num_experts), cuda::multiTileTokens(r.shape.block_tokens), r.shape.block_tokens,
         r.view.expert_count, r.view.slot_offset, r.view.tile_offset, r.view.entry_slot, r.view.slot_token,
-        r.view.chunk_counts, r.dynamic || r.slot_gather ? r.schedule : nullptr,
+        r.view.chunk_counts, r.dynamic || r.slot_gather || r.h_ready != nullptr ? r.schedule : nullptr,
         static_cast<int>(syncWords(params.num_experts)), asStream(stream), options.programmatic_launch));
 }
 

@@ -44,7 +44,11 @@ struct Layout {
     // a ring in rank 1's shared memory (full barriers and words there, empty barriers in rank 0).
     static constexpr int kPairBarOffset = kItemRingOffset + kItemSlots * 8;  // 8-byte aligned after the ring
     static constexpr int kPairRingOffset = kPairBarOffset + 2 * kItemSlots * 8;
-    static constexpr int kPrefixOffset = kPairRingOffset + kItemSlots * 4;
+    // The gate-up items done, posted by the consumers to the thread that counts them (moe_expert_ready.cuh): full and
+    // empty barriers, then the experts.
+    static constexpr int kDoneBarOffset = (kPairRingOffset + kItemSlots * 4 + 7) / 8 * 8;
+    static constexpr int kDoneRingOffset = kDoneBarOffset + 2 * kItemSlots * 8;
+    static constexpr int kPrefixOffset = kDoneRingOffset + kItemSlots * 4;
     // Threads that read each handed-over item: the consumers (the producer's single TMA thread takes them).
     static constexpr int kItemReaders = kConsumers * kWarpgroup;
     // After the prefixes [2 (E + 1)]: fused-routing scratch, ids and slot tokens [kFusedRoutingEntries] each,

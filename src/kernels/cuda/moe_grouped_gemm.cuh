@@ -36,6 +36,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/moe_expert_ready.cuh"
 #include "kernels/cuda/moe_fused_combine.cuh"
 #include "kernels/cuda/moe_fused_routing.cuh"
 #include "kernels/cuda/moe_gemm_tiles.cuh"
@@ -72,6 +73,7 @@ struct Kernel {
         uint64_t* pair_full;   // kCluster = 2: [kItemSlots] the item words rank 0 sent to rank 1
         uint64_t* pair_empty;  // [kItemSlots] rank 1 has read them
         int* pair_ring;        // [kItemSlots]
+        ItemDoneRing done;     // gate-up with GroupedGemmArgs::h_ready: the items the consumers finished
     };
 
     // mbarWait, with the trap out of line where setmaxnreg raised the consumers' registers (mbarWaitColdTrap).
@@ -246,10 +248,20 @@ struct Kernel {
                                    const GroupedGemmArgs& args, const Shared& sh, int total_items, int k_blocks) {
         const int ptid = threadIdx.x;
         if constexpr (kGateUp && kTmaTokens) {
-            if (args.gather_x != nullptr && ptid >= 32) {
-                // Warps 1-3 copy token rows (NOTE: rows = experts for the token-TMA shapes); the TMA thread goes on.
-                gatherSlotsByWarps<kGatherVectors, 3>(args.gather_x, args.slot_token, args.gather_out, args.k, sh.slots,
-                                                      sh.rows, args.gathered, (ptid >> 5) - 1);
+            // Warps 1-3 copy token rows (NOTE: rows = experts for the token-TMA shapes) while the TMA thread goes on;
+            // with h_ready warp 3 counts the finished items instead (a gathering warp would post them late).
+            const int gather_warps = args.h_ready != nullptr ? 2 : 3;
+            if (args.gather_x != nullptr && ptid >= 32 && ptid < 32 * (1 + gather_warps)) {
+                uint64_t* const stamp = args.trace != nullptr && blockIdx.x < static_cast<unsigned>(kMoeTraceMaxCtas)
+                                            ? args.trace + blockIdx.x * kMoeTraceSlots + kTraceGatherFirst
+                                            : nullptr;
+                gatherSlotsByWarps<kGatherVectors>(args.gather_x, args.slot_token, args.gather_out, args.k, sh.slots,
+                                                   sh.rows, args.gathered, gather_warps, (ptid >> 5) - 1, stamp);
+            }
+            if (ptid == 96 && args.h_ready != nullptr) {
+                countItemsDone<L::kItemSlots, L::kRebalanceRegs>(sh.done, args.h_ready);
+            }
+            if (ptid >= 32 && (args.gather_x != nullptr || args.h_ready != nullptr)) {
                 return;
             }
         }
@@ -282,7 +294,9 @@ struct Kernel {
                     break;
                 }
             }
-            if (!kGateUp || args.gathered == nullptr) {
+            // Beside the slot-order gather the gate-up producer waits per expert for x_sorted rows, the down producer
+            // per expert for h rows with h_ready.
+            if (kGateUp ? args.gathered == nullptr : args.h_ready == nullptr) {
                 sm90::gridDependencyWait();
             }
             sm90::launchDependents();
@@ -350,6 +364,17 @@ struct Kernel {
                         if (kb == 0 && args.gathered != nullptr && item.expert != ready_expert) {
                             waitExpertRows(args.gathered, item.expert,
                                            sh.slots[item.expert + 1] - sh.slots[item.expert]);
+                            if (ready_expert < 0) {
+                                traceNow(args, kTraceRowsReady);
+                            }
+                            ready_expert = item.expert;
+                        }
+                    }
+                    if constexpr (!kGateUp) {
+                        if (kb == 0 && args.h_ready != nullptr && item.expert != ready_expert) {
+                            waitExpertReady(
+                                args.h_ready, item.expert,
+                                args.h_ready_items_per_tile * (sh.tiles[item.expert + 1] - sh.tiles[item.expert]));
                             ready_expert = item.expert;
                         }
                     }
@@ -364,9 +389,10 @@ struct Kernel {
                 }
             }
         }
-        if constexpr (kGateUp && kTmaTokens) {
-            if (args.gathered != nullptr) {
-                releaseGatheredCounts(args.gathered, args.gathered_exit, args.num_experts);
+        if constexpr (kTmaTokens) {
+            int32_t* counts = kGateUp ? args.gathered : args.h_ready;
+            if (counts != nullptr) {
+                releaseExpertCounts(counts, kGateUp ? args.gathered_exit : args.h_ready_exit, args.num_experts);
             }
         }
         if (ptid == 0) {
@@ -569,6 +595,7 @@ struct Kernel {
         }
         int iter = 0;
         int taken = 0;
+        [[maybe_unused]] int posted = 0;
         for (int it = sh.dynamic ? takeItem(sh, taken++) : sh.item_begin; it >= 0 && it < total_items;
              it = sh.dynamic ? takeItem(sh, taken++) : it + sh.item_stride) {
             const Item item = itemAt(it, args, sh);
@@ -608,6 +635,16 @@ struct Kernel {
                         consumeItem<256>(args, sh, item, k_blocks, iter, wg, ctid);
                     }
                     break;
+            }
+            if constexpr (kGateUp && kTmaTokens) {
+                if (args.h_ready != nullptr) {  // this item's h rows are stored
+                    postItemDone<L::kItemSlots, L::kRebalanceRegs>(sh.done, posted++, item.expert, wg, ctid, 1 + wg);
+                }
+            }
+        }
+        if constexpr (kGateUp && kTmaTokens) {
+            if (args.h_ready != nullptr) {  // no more items: the counting thread returns
+                postItemDone<L::kItemSlots, L::kRebalanceRegs>(sh.done, posted, -1, wg, ctid, 1 + wg);
             }
         }
         if (wg == 0 && ctid == 0) {
@@ -653,6 +690,9 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     sh.pair_full = reinterpret_cast<uint64_t*>(base + L::kPairBarOffset);
     sh.pair_empty = sh.pair_full + L::kItemSlots;
     sh.pair_ring = reinterpret_cast<int*>(base + L::kPairRingOffset);
+    sh.done.full = reinterpret_cast<uint64_t*>(base + L::kDoneBarOffset);
+    sh.done.empty = sh.done.full + L::kItemSlots;
+    sh.done.ring = reinterpret_cast<int*>(base + L::kDoneRingOffset);
 
     if (threadIdx.x == 0) {
         sm90::prefetchTensorMap(tmap);
@@ -669,6 +709,8 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
             sm90::mbarInit(&sh.item_empty[s], L::kItemReaders);
             sm90::mbarInit(&sh.pair_full[s], 1);
             sm90::mbarInit(&sh.pair_empty[s], 1);
+            sm90::mbarInit(&sh.done.full[s], kConsumers);
+            sm90::mbarInit(&sh.done.empty[s], 1);
         }
         sm90::fenceBarrierInit();
     }
@@ -678,7 +720,8 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     const bool wait_in_roles =
         !kGateUp || (L::kStreamsBesideGather && args.prefetch_before_wait && args.gather_x == nullptr);
     // Beside the slot-order gather no thread waits for the gather grid: the producer waits per expert.
-    const bool consumers_wait = wait_in_roles && !(kGateUp && args.gathered != nullptr);
+    // Nor with the down kernel starting per expert (h_ready): the producer waits per expert.
+    const bool consumers_wait = wait_in_roles && (kGateUp ? args.gathered == nullptr : args.h_ready == nullptr);
     if (!wait_in_roles) {
         // Reads the permute stage's offsets (or the routing) and the previous layer's x: wait for the previous
         // kernel.

@@ -60,6 +60,14 @@ struct GroupedGemmArgs {
     // the CTAs done taking and reading the counts; the last one zeroes them and itself for the next launch.
     int32_t* gathered = nullptr;
     int32_t* gathered_exit = nullptr;
+    // Down kernel starting per expert (MoeCudaOptions::down_per_expert; token-TMA shapes, no clusters, no fused
+    // combine; moe_expert_ready.cuh): the gate-up kernel adds each finished item to h_ready[expert]; the down producer
+    // waits for h_ready_items_per_tile (the gate-up kernel's n_tiles) x the expert's token tiles instead of the gate-up
+    // grid, and no down thread waits for that grid. h_ready_exit: the down CTAs done reading; the last one zeroes them
+    // and itself (the permute stage zeroes them too). Both kernels of a layer get the same h_ready.
+    int32_t* h_ready = nullptr;
+    int32_t* h_ready_exit = nullptr;
+    int h_ready_items_per_tile = 0;
     // Gate-up kernels of the other token-TMA shapes (MoeCudaOptions::slot_gather): gather_x = x [T, k], gathered by the
     // kernel's own producer warps 1-3 into gather_out = x_sorted in slot order and counted in `gathered` as above
     // (no gather kernel). nullptr: a gather kernel wrote x_sorted.

@@ -59,17 +59,20 @@ __device__ __forceinline__ void countGatheredSlots(const int* offsets, int num_e
     }
 }
 
-// Gate-up kernels that copy their own token rows (GroupedGemmArgs::gather_x): kWarpsPerCta warps of every CTA (warp
+// Gate-up kernels that copy their own token rows (GroupedGemmArgs::gather_x): warps_per_cta warps of every CTA (warp
 // warp_in_cta here) copy x [T, hidden] into x_sorted in slot order, groups of kGroup slots dealt round robin over the
 // grid's gathering warps, so the experts complete in slot order (the order of the GEMM items), and count each group
 // once its rows are written. Nothing here waits, so every count completes. offsets [num_experts + 1].
-template <int kVectors, int kWarpsPerCta, int kGroup = 8>
+// first_group_stamp (diagnostics, may be null): where the CTA's first gathering warp writes %globaltimer once its
+// first group is counted.
+template <int kVectors, int kGroup = 8>
 __device__ void gatherSlotsByWarps(const uint16_t* x, const int32_t* slot_token, uint16_t* x_sorted, int hidden,
-                                   const int* offsets, int num_experts, int32_t* gathered, int warp_in_cta) {
+                                   const int* offsets, int num_experts, int32_t* gathered, int warps_per_cta,
+                                   int warp_in_cta, uint64_t* first_group_stamp) {
     const int lane = threadIdx.x & 31;
     const int total = offsets[num_experts];
-    const int stride = static_cast<int>(gridDim.x) * kWarpsPerCta * kGroup;
-    for (int group = (static_cast<int>(blockIdx.x) * kWarpsPerCta + warp_in_cta) * kGroup; group < total;
+    const int stride = static_cast<int>(gridDim.x) * warps_per_cta * kGroup;
+    for (int group = (static_cast<int>(blockIdx.x) * warps_per_cta + warp_in_cta) * kGroup; group < total;
          group += stride) {
         const int end = min(group + kGroup, total);
 #pragma unroll 1
@@ -82,6 +85,10 @@ __device__ void gatherSlotsByWarps(const uint16_t* x, const int32_t* slot_token,
         __syncwarp();  // every lane's stores are ordered before lane 0's release
         if (lane == 0) {
             countGatheredSlots(offsets, num_experts, group, end, gathered);
+            if (first_group_stamp != nullptr && warp_in_cta == 0) {
+                *first_group_stamp = sm90::globalTimer();
+                first_group_stamp = nullptr;
+            }
         }
     }
 }
@@ -93,9 +100,9 @@ __device__ __forceinline__ void waitExpertRows(const int32_t* gathered, int expe
     sm90::fenceProxyAsyncGlobal();
 }
 
-// A gate-up producer that has issued its last copy reads the counts no more: the last CTA of the grid to get here
-// zeroes them and the exit count, for the next launch.
-__device__ __forceinline__ void releaseGatheredCounts(int32_t* gathered, int32_t* exit_count, int num_experts) {
+// A producer that has issued its last copy reads the per-expert counts (gathered rows, or h_ready in the down kernel)
+// no more: the last CTA of the grid to get here zeroes them and the exit count, for the next launch.
+__device__ __forceinline__ void releaseExpertCounts(int32_t* gathered, int32_t* exit_count, int num_experts) {
     if (atomicAdd(exit_count, 1) == static_cast<int>(gridDim.x) - 1) {
         for (int e = 0; e < num_experts; ++e) {
             gathered[e] = 0;
