@@ -104,9 +104,10 @@ struct MoeCudaOptions {
     // time, find them in L2 (false: evict_first for every item). wide128 keeps evict_first (its batches are
     // memory-bound: T = 1024 with zipf routing measured 1 % slower, docs/cuda-moe-notes.md v11).
     bool shared_weights_evict_normal = true;
-    // Token-TMA shapes (no CTA pairs, no fused combine): each down item waits only until every gate-up item of its
-    // expert has stored its h rows, not for the whole gate-up kernel, so the down CTAs that take the SMs of finished
-    // gate-up CTAs stream while the gate-up kernel's last items run. moeDownCuda then needs the moeGateUpCuda of the
+    // Token-TMA shapes (no CTA pairs, no fused combine), up to 128 routing entries per expert (the memory-bound
+    // batches; beyond, it measured 2-5 % slower): each down item waits only until every gate-up item of its expert has
+    // stored its h rows, not for the whole gate-up kernel, so the down CTAs that take the SMs of finished gate-up CTAs
+    // stream while the gate-up kernel's last items run. moeDownCuda then needs the moeGateUpCuda of the
     // same layer and options before it on the stream (false: the down kernel waits for the gate-up grid, and either
     // stage may be replayed alone).
     bool down_per_expert = true;

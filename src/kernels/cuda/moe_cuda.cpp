@@ -42,6 +42,9 @@ struct WorkspaceLayout {
 };
 
 // Words of the workspace's schedule region (WorkspaceLayout::schedule), all zeroed by the permute stage.
+// Most routing entries per expert (mean) for which the down kernel starts per expert (MoeCudaOptions::down_per_expert).
+constexpr int64_t kDownPerExpertEntries = 128;
+
 int64_t syncWords(int64_t experts) { return 2 * cuda::kScheduleWords + 2 * (experts + 1); }
 
 WorkspaceLayout workspaceLayout(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter) {
@@ -267,7 +270,11 @@ Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_byte
     // themselves.
     r.slot_gather = options.slot_gather && r.shape.tma_tokens;
     r.gather_in_gate_up = r.slot_gather && !(options.gate_up_prefetch && r.config == MoeTileConfig::kWide128);
-    const bool per_expert = options.down_per_expert && r.shape.tma_tokens && r.shape.cluster == 1 && !r.fused_combine;
+    // Memory-bound batches only (at most kDownPerExpertEntries routing entries per expert on average): at T = 16384
+    // the down items beside the gate-up kernel's last ones (and its gather in two warps, not three) were 2-5 % slower.
+    const bool memory_bound = params.num_tokens * params.top_k <= kDownPerExpertEntries * params.num_experts;
+    const bool per_expert =
+        options.down_per_expert && memory_bound && r.shape.tma_tokens && r.shape.cluster == 1 && !r.fused_combine;
     r.h_ready = per_expert ? r.schedule + 2 * cuda::kScheduleWords + params.num_experts + 1 : nullptr;
     return r;
 }

@@ -34,6 +34,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "kernels/cuda/moe_expert_ready.cuh"
@@ -255,8 +256,9 @@ struct Kernel {
                 uint64_t* const stamp = args.trace != nullptr && blockIdx.x < static_cast<unsigned>(kMoeTraceMaxCtas)
                                             ? args.trace + blockIdx.x * kMoeTraceSlots + kTraceGatherFirst
                                             : nullptr;
-                gatherSlotsByWarps<kGatherVectors>(args.gather_x, args.slot_token, args.gather_out, args.k, sh.slots,
-                                                   sh.rows, args.gathered, gather_warps, (ptid >> 5) - 1, stamp);
+                gatherSlotsByWarps<kGatherVectors, kGatherRows>(args.gather_x, args.slot_token, args.gather_out, args.k,
+                                                                sh.slots, sh.rows, args.gathered, consumerGatherSlots(),
+                                                                INT_MAX, gather_warps, (ptid >> 5) - 1, stamp);
             }
             if (ptid == 96 && args.h_ready != nullptr) {
                 countItemsDone<L::kItemSlots, L::kRebalanceRegs>(sh.done, args.h_ready);
@@ -403,6 +405,13 @@ struct Kernel {
     // 16-byte vectors of a row each lane of a gathering warp holds at once: the producer of the register-rebalanced
     // shapes has 72 registers.
     static constexpr int kGatherVectors = L::kRebalanceRegs ? 4 : 8;
+    static constexpr int kGatherRows = (L::kRebalanceRegs || L::kStreamsBesideGather) ? 1 : 2;
+    // The first slots, one per consumer warp of the grid, are copied by the consumer warps before their first stage
+    // (they would wait for it anyway): each warp's first row costs several times a later one (measured at T = 1024:
+    // about 6 us against 1.4), so more warps in the first pass complete the first items' experts sooner.
+    __device__ __forceinline__ static int consumerGatherSlots() {
+        return static_cast<int>(gridDim.x) * kConsumers * (kWarpgroup / 32);
+    }
 
     // Writes the item's outputs from the accumulator through the consumer's staging buffer, 64 tokens a pass.
     template <int N>
@@ -591,6 +600,13 @@ struct Kernel {
                 for (int64_t v = ctid; v < vectors; v += kWarpgroup) {
                     reinterpret_cast<uint4*>(args.combine.out)[v] = make_uint4(0, 0, 0, 0);
                 }
+            }
+        }
+        if constexpr (kGateUp && kTmaTokens) {
+            if (args.gather_x != nullptr) {
+                gatherSlotsByWarps<8, 1>(args.gather_x, args.slot_token, args.gather_out, args.k, sh.slots, sh.rows,
+                                         args.gathered, 0, consumerGatherSlots(), kConsumers * (kWarpgroup / 32),
+                                         wg * (kWarpgroup / 32) + (ctid >> 5), nullptr);
             }
         }
         int iter = 0;

@@ -60,31 +60,54 @@ __device__ __forceinline__ void countGatheredSlots(const int* offsets, int num_e
 }
 
 // Gate-up kernels that copy their own token rows (GroupedGemmArgs::gather_x): warps_per_cta warps of every CTA (warp
-// warp_in_cta here) copy x [T, hidden] into x_sorted in slot order, groups of kGroup slots dealt round robin over the
-// grid's gathering warps, so the experts complete in slot order (the order of the GEMM items), and count each group
-// once its rows are written. Nothing here waits, so every count completes. offsets [num_experts + 1].
-// first_group_stamp (diagnostics, may be null): where the CTA's first gathering warp writes %globaltimer once its
-// first group is counted.
-template <int kVectors, int kGroup = 8>
+// warp_in_cta here) copy the slots [begin, min(end, total)) of x [T, hidden] into x_sorted in slot order, groups of
+// kRows slots dealt round robin over the grid's gathering warps, so the experts complete in slot order (the order of
+// the GEMM items), and count each group once its rows are written. A warp has its group's rows in flight at once.
+// Nothing here waits, so every count completes. offsets [num_experts + 1]. first_group_stamp (diagnostics, may be
+// null): where the CTA's warp 0 writes %globaltimer once its first group is counted.
+template <int kVectors, int kRows>
 __device__ void gatherSlotsByWarps(const uint16_t* x, const int32_t* slot_token, uint16_t* x_sorted, int hidden,
-                                   const int* offsets, int num_experts, int32_t* gathered, int warps_per_cta,
-                                   int warp_in_cta, uint64_t* first_group_stamp) {
+                                   const int* offsets, int num_experts, int32_t* gathered, int begin, int end,
+                                   int warps_per_cta, int warp_in_cta, uint64_t* first_group_stamp) {
+    static_assert(kRows <= 32, "a lane per slot token");
     const int lane = threadIdx.x & 31;
-    const int total = offsets[num_experts];
-    const int stride = static_cast<int>(gridDim.x) * warps_per_cta * kGroup;
-    for (int group = (static_cast<int>(blockIdx.x) * warps_per_cta + warp_in_cta) * kGroup; group < total;
+    end = min(end, offsets[num_experts]);
+    const int row_vectors = hidden / 8;
+    const int stride = static_cast<int>(gridDim.x) * warps_per_cta * kRows;
+    for (int group = begin + (static_cast<int>(blockIdx.x) * warps_per_cta + warp_in_cta) * kRows; group < end;
          group += stride) {
-        const int end = min(group + kGroup, total);
+        const int rows = min(kRows, end - group);
+        const int my_token = lane < rows ? __ldg(slot_token + group + lane) : 0;
 #pragma unroll 1
-        for (int s = group; s < end; ++s) {
-            const int64_t token = __ldg(slot_token + s);
-            copyRowByWarp<kVectors>(reinterpret_cast<const uint4*>(x + token * hidden),
-                                    reinterpret_cast<uint4*>(x_sorted + static_cast<int64_t>(s) * hidden), lane,
-                                    hidden / 8);
+        for (int v0 = 0; v0 < row_vectors; v0 += 32 * kVectors) {
+            uint4 held[kRows][kVectors];
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+                const int64_t token = __shfl_sync(0xffffffffu, my_token, r);
+                const uint4* src = reinterpret_cast<const uint4*>(x + token * hidden);
+#pragma unroll
+                for (int q = 0; q < kVectors; ++q) {
+                    const int v = v0 + q * 32 + lane;
+                    if (r < rows && v < row_vectors) {
+                        held[r][q] = __ldg(src + v);
+                    }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+                uint4* dst = reinterpret_cast<uint4*>(x_sorted + static_cast<int64_t>(group + r) * hidden);
+#pragma unroll
+                for (int q = 0; q < kVectors; ++q) {
+                    const int v = v0 + q * 32 + lane;
+                    if (r < rows && v < row_vectors) {
+                        dst[v] = held[r][q];
+                    }
+                }
+            }
         }
         __syncwarp();  // every lane's stores are ordered before lane 0's release
         if (lane == 0) {
-            countGatheredSlots(offsets, num_experts, group, end, gathered);
+            countGatheredSlots(offsets, num_experts, group, group + rows, gathered);
             if (first_group_stamp != nullptr && warp_in_cta == 0) {
                 *first_group_stamp = sm90::globalTimer();
                 first_group_stamp = nullptr;
