@@ -160,7 +160,7 @@ CUtensorMap matrixTensorMap(const void* base, int64_t rows, int64_t cols, uint32
 
 // The 5-D view (k, row, k-block, 64-row unit, expert) of packed weights (moePackWeightsCuda) whose box
 // {64, 64, 1, units, 1} lands an item's `units` blocks of 64 rows for one k-block, each block 8 KB of contiguous
-// memory: shared-memory row 64 u + r is weight row r of the item's u-th unit (moe_grouped_gemm.cuh).
+// memory: shared-memory row 64 u + r is weight row r of the item's u-th unit (moe_gemm_producer.cuh).
 CUtensorMap packedWeightMap(const core::Bf16* base, int64_t experts, int64_t units, int64_t k_blocks,
                             uint32_t box_units) {
     const cuuint64_t block = 64 * 64 * 2;
@@ -177,7 +177,7 @@ CUtensorMap packedWeightMap(const core::Bf16* base, int64_t experts, int64_t uni
     return map;
 }
 
-// Rows of one token TMA box (moe_grouped_gemm.cuh issues as many boxes as an item needs), and of the box each CTA
+// Rows of one token TMA box (moe_gemm_producer.cuh issues as many boxes as an item needs), and of the box each CTA
 // of a cluster loads for an item that fills the tile.
 // Tiles over 256 tokens load boxes of 96 rows only (Layout::kTokenBoxRows, kFullTokenBox).
 uint32_t tokenBoxRows(const TileShape& s) {

@@ -1,5 +1,5 @@
 // Slot-order gather of x into x_sorted, shared by the gather kernel that runs beside wide128's gate-up kernel
-// (moe_gather.cu) and the gate-up kernels that copy their own token rows (moe_grouped_gemm.cuh): a warp copies each
+// (moe_gather.cu) and the gate-up kernels that copy their own token rows (moe_gemm_producer.cuh): a warp copies each
 // row, and once a group of slots is written its rows are added to their experts' counts with release, which the gate-up
 // producers wait for (acquire) before their token TMA loads.
 #pragma once
