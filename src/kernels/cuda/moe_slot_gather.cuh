@@ -125,10 +125,10 @@ __device__ __forceinline__ void waitExpertRows(const int32_t* gathered, int expe
 
 // A producer that has issued its last copy reads the per-expert counts (gathered rows, or h_ready in the down kernel)
 // no more: the last CTA of the grid to get here zeroes them and the exit count, for the next launch.
-__device__ __forceinline__ void releaseExpertCounts(int32_t* gathered, int32_t* exit_count, int num_experts) {
+__device__ __forceinline__ void releaseExpertCounts(int32_t* counts, int32_t* exit_count, int num_experts) {
     if (atomicAdd(exit_count, 1) == static_cast<int>(gridDim.x) - 1) {
         for (int e = 0; e < num_experts; ++e) {
-            gathered[e] = 0;
+            counts[e] = 0;
         }
         *exit_count = 0;
     }
