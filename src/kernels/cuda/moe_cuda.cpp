@@ -41,10 +41,10 @@ struct WorkspaceLayout {
     size_t total = 0;
 };
 
-// Words of the workspace's schedule region (WorkspaceLayout::schedule), all zeroed by the permute stage.
 // Most routing entries per expert (mean) for which the down kernel starts per expert (MoeCudaOptions::down_per_expert).
 constexpr int64_t kDownPerExpertEntries = 128;
 
+// Words of the workspace's schedule region (WorkspaceLayout::schedule), all zeroed by the permute stage.
 int64_t syncWords(int64_t experts) { return 2 * cuda::kScheduleWords + 2 * (experts + 1); }
 
 WorkspaceLayout workspaceLayout(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter) {
@@ -247,7 +247,8 @@ struct Resolved {
     bool gather_in_gate_up;
     int32_t* h_ready;  // MoeCudaOptions::down_per_expert where the shape takes it, else null
     int32_t* combine_counters;
-    int32_t* schedule;  // WorkspaceLayout::schedule: [2 * kScheduleWords] gate-up then down, gathered [E], exit [1]
+    int32_t* schedule;  // WorkspaceLayout::schedule: [2 * kScheduleWords] gate-up then down, gathered [E], exit [1],
+                        // h_ready [E], exit [1]
 };
 
 Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_bytes, const MoeCudaOptions& options) {

@@ -195,6 +195,12 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     if constexpr (kCluster > 1) {
         sm90::clusterSync();  // no CTA leaves while its peer may still arrive on its barriers
     }
+    if (!kGateUp && args.h_ready != nullptr && threadIdx.x == 0) {
+        // No thread waited for the gate-up grid (h_ready): this grid still completes after it, as in a plain stream, so
+        // that a kernel waiting for this one (the combine, the next layer's permute) finds the gate-up kernel complete,
+        // its last CTA's zeroing of the gather counts included.
+        sm90::gridDependencyWait();
+    }
 }
 
 template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
