@@ -71,11 +71,6 @@ std::string tail(const std::string& text, size_t lines) {
     return text.substr(pos + 1);
 }
 
-core::Result<int> freePort() {
-    AFD_ASSIGN_OR_RETURN(transport::Listener listener, transport::listenTcp("127.0.0.1", 0));
-    return listener.port;  // NOTE: closed on return; the port is then free for the FFN rank 0 store.
-}
-
 // The user's afd object with the launcher's defaults filled in (ranks 1A2F when neither count is given, a free
 // port when none is given). The role is implied per child, so giving one is an error.
 core::Result<json> afdObject(const std::string& text) {
@@ -103,7 +98,7 @@ core::Result<json> afdObject(const std::string& text) {
         afd["num_ffn_ranks"] = 2;
     }
     if (!afd.contains("port") && !afd.contains("afd_port")) {
-        AFD_ASSIGN_OR_RETURN(int port, freePort());
+        AFD_ASSIGN_OR_RETURN(int port, transport::pickServerPort("127.0.0.1"));  // FFN rank 0 binds it
         afd["port"] = port;
     }
     return root;

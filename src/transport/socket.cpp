@@ -13,8 +13,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <limits>
-
+#include <random>
 
 namespace afd::transport {
 namespace {
@@ -208,6 +209,32 @@ core::Result<Listener> listenTcp(const std::string& host, int port, int backlog)
         return Listener{std::move(fd), bound_port};
     }
     return core::ioError("cannot listen on {}: {}", where, errnoText(last_error));
+}
+
+core::Result<int> pickServerPort(const std::string& host) {
+    int ephemeral_low = 32768;  // Linux's default, where the file cannot be read
+    {
+        std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+        int low = 0;
+        int high = 0;
+        if (range >> low >> high && low > 1024 && low <= 65535) {
+            ephemeral_low = low;
+        }
+    }
+    const int first = std::max(1024, ephemeral_low - 16384);
+    const int span = ephemeral_low - first;
+    if (span >= 64) {
+        std::mt19937 rng(std::random_device{}());
+        std::uniform_int_distribution<int> offset(0, span - 1);
+        for (int attempt = 0; attempt < 64; ++attempt) {
+            const int port = first + offset(rng);
+            if (listenTcp(host, port).isOk()) {
+                return port;  // the listener closes here; nothing outside this range takes the port meanwhile
+            }
+        }
+    }
+    AFD_ASSIGN_OR_RETURN(Listener listener, listenTcp(host, 0));
+    return listener.port;
 }
 
 core::Result<core::UniqueFd> acceptTcp(int listen_fd, Deadline deadline, const Canceller* cancel,

@@ -59,6 +59,13 @@ struct Listener {
 // Binds `host:port` (port 0: an ephemeral port) with SO_REUSEADDR and listens.
 core::Result<Listener> listenTcp(const std::string& host, int port, int backlog = 128);
 
+// A port on `host` for a server that another process binds later (the rendezvous store that `afd launch` hands to
+// FFN rank 0, test servers): a random one below the kernel's ephemeral range (net.ipv4.ip_local_port_range), free
+// when checked. A port from binding port 0 and closing lies inside that range, where any outgoing connection may take
+// it as its source port before the server binds it (a test of `afd launch` failed so once among parallel tests). Falls
+// back to the kernel's ephemeral choice where the range leaves no room below it.
+core::Result<int> pickServerPort(const std::string& host);
+
 // Accepts one connection from a non-blocking listener, waiting until `deadline`.
 core::Result<core::UniqueFd> acceptTcp(int listen_fd, Deadline deadline, const Canceller* cancel,
                                        std::string_view what);

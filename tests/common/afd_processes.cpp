@@ -11,8 +11,8 @@
 namespace afd::testing {
 
 int freePort() {
-    auto listener = transport::listenTcp("127.0.0.1", 0);
-    return listener.isOk() ? listener->port : 0;
+    auto port = transport::pickServerPort("127.0.0.1");
+    return port.isOk() ? *port : 0;
 }
 
 std::string afdConfigJson(int num_attention, int num_ffn, bool m2n, int port, const std::string& extra) {

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <set>
 #include <vector>
 
 #include "transport/transport_test_util.h"
@@ -51,6 +53,32 @@ TEST(Socket, ListensOnAnEphemeralPortAndMovesBytes) {
     EXPECT_TRUE(received.isOk()) << received.toString();
     EXPECT_TRUE(sender.get().isOk());
     EXPECT_EQ(in, out);
+}
+
+// A port handed to another process to bind lies below the ephemeral range, where no outgoing connection takes it
+// meanwhile, and binds; several picks are not all the same port.
+TEST(Socket, PicksServerPortsBelowTheEphemeralRange) {
+    int ephemeral_low = 32768;
+    {
+        std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+        int low = 0;
+        int high = 0;
+        if (range >> low >> high) {
+            ephemeral_low = low;
+        }
+    }
+    std::set<int> seen;
+    for (int i = 0; i < 8; ++i) {
+        core::Result<int> port = pickServerPort("127.0.0.1");
+        ASSERT_TRUE(port.isOk()) << port.status().toString();
+        if (ephemeral_low - 1024 >= 64) {
+            EXPECT_GE(*port, 1024);
+            EXPECT_LT(*port, ephemeral_low);
+        }
+        EXPECT_TRUE(listenTcp("127.0.0.1", *port).isOk()) << "port " << *port;
+        seen.insert(*port);
+    }
+    EXPECT_GT(seen.size(), 1u);
 }
 
 TEST(Socket, ConnectRetriesUntilTheListenerStarts) {

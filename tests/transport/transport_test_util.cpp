@@ -17,9 +17,9 @@
 namespace afd::transport::testing {
 
 int pickFreePort() {
-    core::Result<Listener> listener = listenTcp("127.0.0.1", 0);
-    AFD_CHECK(listener.isOk(), "cannot bind an ephemeral port: {}", listener.status().message());
-    return listener->port;
+    core::Result<int> port = pickServerPort("127.0.0.1");
+    AFD_CHECK(port.isOk(), "cannot pick a free port: {}", port.status().message());
+    return *port;
 }
 
 tcp::TcpConnectorOptions baseOptions(Role role, int rank, int num_attention, int num_ffn, int store_port) {
