@@ -3,7 +3,7 @@
 // the down CTAs that take the SMs of finished gate-up CTAs stream while the gate-up kernel's last items still run.
 //
 // Gate-up side, per CTA: after each item both consumer warpgroups post it to a small ring in shared memory (their
-// epilogue stores ordered before the post by a warpgroup barrier and the mbarrier's release); producer warp 1 takes
+// epilogue stores ordered before the post by a warpgroup barrier and the mbarrier's release); producer warp 3 takes
 // the posts in order and adds one per item to h_ready[expert] with release at GPU scope. The consumers never stall for
 // the GPU-scope release (an inline release after each epilogue stalled its warpgroup, docs/cuda-moe-notes.md v12).
 // Down side: the producer acquires h_ready[expert] >= gate-up items of the expert, then orders its TMA loads of h after
@@ -16,16 +16,6 @@
 
 namespace afd::kernels::cuda::grouped_gemm {
 
-// An mbarrier wait, with the trap out of line for warpgroups whose registers setmaxnreg raised (mbarWaitColdTrap).
-template <bool kColdTrap>
-__device__ __forceinline__ void waitPhase(uint64_t* bar, uint32_t parity) {
-    if constexpr (kColdTrap) {
-        sm90::mbarWaitColdTrap(bar, parity);
-    } else {
-        sm90::mbarWait(bar, parity);
-    }
-}
-
 // The post ring of one CTA: full[s] completes when every consumer warpgroup posted the item in slot s (count = the
 // consumers), empty[s] when the counting thread has read it (count 1); ring[s] holds the item's expert, -1 = the CTA
 // has no more items.
@@ -37,13 +27,14 @@ struct ItemDoneRing {
 
 // Consumer warpgroup wg (all 128 threads, ctid 0-127): the CTA's n-th item, of `expert`, has its epilogue stores
 // issued by every thread; warpgroup barrier `barrier_id`, then thread 0 posts it. Warpgroup 0 writes the expert.
+// kColdTrap: the barrier waits trap out of line (warpgroups whose registers setmaxnreg raised, mbarWaitColdTrap).
 template <int kSlots, bool kColdTrap>
 __device__ __forceinline__ void postItemDone(const ItemDoneRing& r, int n, int expert, int wg, int ctid,
                                              int barrier_id) {
     sm90::namedBarrierSync(barrier_id, 128);  // every thread's stores are ordered before thread 0's arrival
     if (ctid == 0) {
         const int slot = n % kSlots;
-        waitPhase<kColdTrap>(&r.empty[slot], ((n / kSlots) & 1) ^ 1);
+        sm90::mbarWaitBounded<false, kColdTrap>(&r.empty[slot], ((n / kSlots) & 1) ^ 1);
         if (wg == 0) {
             r.ring[slot] = expert;
         }
@@ -51,13 +42,13 @@ __device__ __forceinline__ void postItemDone(const ItemDoneRing& r, int n, int e
     }
 }
 
-// The counting thread (gate-up producer warp 1, lane 0): adds each posted item to its expert's count with release at
+// The counting thread (gate-up producer warp 3, lane 0): adds each posted item to its expert's count with release at
 // GPU scope (cumulative: it covers the consumers' stores it acquired through the mbarrier), until the -1.
 template <int kSlots, bool kColdTrap>
 __device__ void countItemsDone(const ItemDoneRing& r, int32_t* h_ready) {
     for (int n = 0;; ++n) {
         const int slot = n % kSlots;
-        waitPhase<kColdTrap>(&r.full[slot], (n / kSlots) & 1);
+        sm90::mbarWaitBounded<false, kColdTrap>(&r.full[slot], (n / kSlots) & 1);
         const int expert = r.ring[slot];
         sm90::mbarArrive(&r.empty[slot]);
         if (expert < 0) {

@@ -43,11 +43,7 @@ struct KernelCommon {
 
     // mbarWait, with the trap out of line where setmaxnreg raised the consumers' registers (mbarWaitColdTrap).
     __device__ __forceinline__ static void waitBar(uint64_t* bar, uint32_t parity) {
-        if constexpr (L::kRebalanceRegs) {
-            sm90::mbarWaitColdTrap(bar, parity);
-        } else {
-            sm90::mbarWait(bar, parity);
-        }
+        sm90::mbarWaitBounded<false, L::kRebalanceRegs>(bar, parity);
     }
 
     // Diagnostics: the time (or, for kTraceItems, a count) of `event` for this CTA (MoeCudaOptions::trace).

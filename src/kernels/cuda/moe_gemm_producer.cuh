@@ -32,7 +32,6 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
     using Base::sendPairItem;
     using Base::tokenBoxes;
     using Base::tokenBoxRows;
-    using Base::trace;
     using Base::traceNow;
     using Base::waitBar;
     // 16-byte vectors of a row each lane of a gathering warp holds at once: the producer of the register-rebalanced
