@@ -178,7 +178,8 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
     moe->add_flag(
         "--evict-first-weights", flags->evict_first_weights,
         "copy every item's weights with evict_first when each weight tile is read about once (the wide shapes "
-        "over 128 tokens otherwise keep an expert's weights in L2 while its several token tiles read them)");
+        "over 128 tokens and tall128 otherwise keep an expert's weights in L2 while its several token tiles read "
+        "them)");
     moe->add_option("--omit-stage", flags->options.omit_stage,
                     "diagnostic: time the layer without its permute or combine stage (what hiding it could gain)")
         ->check(CLI::IsMember({"permute", "combine"}));

@@ -98,11 +98,12 @@ struct MoeCudaOptions {
     // first items start while later rows are still being copied (false: the token-order gather kernel, waited for as a
     // whole).
     bool slot_gather = true;
-    // Tile shapes over 128 tokens (wide256, wide288 and their pair, the compute-bound batches), when each weight tile
-    // is read about once on average: the items of an expert with several token tiles (a hot expert under skewed
-    // routing) still copy its weights with evict_normal, so that its other tiles' items, taken at about the same
-    // time, find them in L2 (false: evict_first for every item). wide128 keeps evict_first (its batches are
-    // memory-bound: T = 1024 with zipf routing measured 1 % slower, docs/cuda-moe-notes.md v11).
+    // Tile shapes over 128 tokens (wide256, wide288 and their pair) and tall128, when each weight tile is read about
+    // once on average: the items of an expert with several token tiles (a hot expert under skewed routing, or about
+    // half the experts at T K / E just over one tile) still copy its weights with evict_normal, so that its other
+    // tiles' items, taken at about the same time, find them in L2 (false: evict_first for every item). tall128 with
+    // it: T = 2048 uniform 4 % faster, T = 1024 zipf about 1 % (docs/cuda-moe-notes.md v18). wide128 keeps evict_first
+    // (T = 1024 with zipf routing measured 1 % slower with the per-item policy, v11).
     bool shared_weights_evict_normal = true;
     // Token-TMA shapes (no CTA pairs, no fused combine), up to 128 routing entries per expert (the memory-bound
     // batches; beyond, it measured 2-5 % slower): each down item waits only until every gate-up item of its expert has

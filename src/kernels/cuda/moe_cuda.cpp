@@ -288,7 +288,8 @@ GroupedGemmArgs commonArgs(const MoeParams& params, const Resolved& r, const Moe
     args.num_experts = static_cast<int>(params.num_experts);
     args.weights_read_once =
         params.num_tokens * params.top_k <= params.num_experts * static_cast<int64_t>(r.shape.block_tokens) ? 1 : 0;
-    args.weights_shared_per_item = options.shared_weights_evict_normal && r.shape.block_tokens > 128 ? 1 : 0;
+    args.weights_shared_per_item =
+        options.shared_weights_evict_normal && (r.shape.block_tokens > 128 || r.shape.m_blocks > 1) ? 1 : 0;
     args.top_k = static_cast<int>(params.top_k);
     const bool few_entries = params.num_tokens * params.top_k <=
                              static_cast<int64_t>(options.early_release_entries_per_expert) * params.num_experts;
