@@ -122,8 +122,10 @@ struct KernelCommon {
     }
 
     // The first slots, one per consumer warp of the grid, are copied by the consumer warps before their first stage
-    // (they would wait for it anyway): each warp's first row costs several times a later one (measured at T = 1024:
-    // about 6 us against 1.4), so more warps in the first pass complete the first items' experts sooner.
+    // (they would wait for it anyway): at the start a warp's group of rows takes about 5.5 us to load, store and
+    // release, while the first weight stages of every CTA fill the memory system, against 1.4 us per row later
+    // (T = 1024; docs/cuda-moe-notes.md v17, v18), so more warps in the first pass complete the first items' experts
+    // sooner.
     __device__ __forceinline__ static int consumerGatherSlots() {
         return static_cast<int>(gridDim.x) * kConsumers * (kWarpgroup / 32);
     }
