@@ -288,6 +288,8 @@ GroupedGemmArgs commonArgs(const MoeParams& params, const Resolved& r, const Moe
     args.num_experts = static_cast<int>(params.num_experts);
     args.weights_read_once =
         params.num_tokens * params.top_k <= params.num_experts * static_cast<int64_t>(r.shape.block_tokens) ? 1 : 0;
+    // Every shape but those of one 64-row block per consumer and at most 128 tokens (the small ones, wide128 and its
+    // pair), whose batches are memory-bound (MoeCudaOptions::shared_weights_evict_normal).
     args.weights_shared_per_item =
         options.shared_weights_evict_normal && (r.shape.block_tokens > 128 || r.shape.m_blocks > 1) ? 1 : 0;
     args.top_k = static_cast<int>(params.top_k);
