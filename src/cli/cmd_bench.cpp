@@ -193,6 +193,7 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
     });
 #endif
     addBenchRouterCommand(*bench, exit_code);
+    addBenchStreamCommand(*bench, exit_code);
 }
 
 }  // namespace afd::cli

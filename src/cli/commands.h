@@ -14,7 +14,8 @@ void addGenerateCommand(CLI::App& app, int& exit_code);
 void addFfnCommand(CLI::App& app, int& exit_code);
 void addLaunchCommand(CLI::App& app, int& exit_code);
 void addBenchCommand(CLI::App& app, int& exit_code);
-// `afd bench router`, under the `bench` subcommand that addBenchCommand creates.
+// `afd bench router` and `afd bench stream`, under the `bench` subcommand that addBenchCommand creates.
 void addBenchRouterCommand(CLI::App& bench, int& exit_code);
+void addBenchStreamCommand(CLI::App& bench, int& exit_code);
 
 }  // namespace afd::cli

@@ -1,0 +1,116 @@
+// `afd bench stream`: how fast a number of SMs read device memory, by TMA, by loads, and beside TMA reads of L2
+// (kernels/cuda/stream_bench.h).
+#include <fmt/core.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "cli/bench_flag_checks.h"
+#include "cli/commands.h"
+#include "core/exit_codes.h"
+#include "core/logging.h"
+#if defined(AFD_HAVE_CUDA)
+#include "kernels/cuda/stream_bench.h"
+#endif
+
+namespace afd::cli {
+namespace {
+
+#if defined(AFD_HAVE_CUDA)
+struct BenchStreamFlags {
+    kernels::cuda::StreamBenchOptions options;
+    int64_t mib_per_path = 24;
+    std::string csv;
+};
+
+void printTable(const kernels::cuda::StreamBenchResult& r, const kernels::cuda::StreamBenchOptions& o) {
+    printBenchRates(r.device, r.copy_tbps, r.gemm_tflops, r.gemm_burst_tflops);
+    fmt::print("one CTA per SM, {} MiB per path and CTA; per-SM rates: each CTA's path bytes / its own time\n",
+               o.bytes_per_path >> 20);
+    fmt::print("{:>11} {:>4} {:>6} {:>8} {:>7} {:>10} {:>7} {:>12} {:>12}\n", "mode", "SMs", "stages", "dram_KiB",
+               "l2_KiB", "dram_TB/s", "%copy", "tma_GB/s/SM", "lsu_GB/s/SM");
+    for (const auto& row : r.rows) {
+        fmt::print("{:>11} {:>4} {:>6} {:>8} {:>7} {:>10.3f} {:>7.1f} {:>12.1f} {:>12.1f}\n", row.mode, row.sms,
+                   row.stages, row.mode == "tma-l2" ? 0 : row.stage_kib,
+                   row.mode == "tma-l2" ? row.stage_kib : row.stage_l2_kib, row.dram_tbps, row.pct_of_copy,
+                   row.tma_gbps_per_sm, row.lsu_gbps_per_sm);
+    }
+}
+
+bool writeCsv(const std::string& path, const kernels::cuda::StreamBenchResult& r) {
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "w"), &std::fclose);
+    if (f == nullptr) {
+        AFD_LOG_ERROR("bench stream: cannot write {}", path);
+        return false;
+    }
+    fmt::print(f.get(),
+               "device,copy_tbps,mode,sms,stages,stage_kib,stage_l2_kib,dram_tbps,pct_of_copy,tma_gbps_per_sm,"
+               "lsu_gbps_per_sm\n");
+    for (const auto& row : r.rows) {
+        fmt::print(f.get(), "{},{:.3f},{},{},{},{},{},{:.3f},{:.2f},{:.2f},{:.2f}\n", r.device, r.copy_tbps, row.mode,
+                   row.sms, row.stages, row.stage_kib, row.stage_l2_kib, row.dram_tbps, row.pct_of_copy,
+                   row.tma_gbps_per_sm, row.lsu_gbps_per_sm);
+    }
+    return true;
+}
+
+int runBenchStream(BenchStreamFlags& flags) {
+    flags.options.bytes_per_path = flags.mib_per_path << 20;
+    try {
+        const auto result = kernels::cuda::runStreamBench(flags.options);
+        printTable(result, flags.options);
+        if (!flags.csv.empty() && !writeCsv(flags.csv, result)) {
+            return core::kExitFailure;
+        }
+    } catch (const std::exception& e) {
+        AFD_LOG_ERROR("bench stream: {}", e.what());
+        return core::kExitFailure;
+    }
+    return core::kExitOk;
+}
+#endif
+
+}  // namespace
+
+void addBenchStreamCommand(CLI::App& bench, int& exit_code) {
+    CLI::App* stream = bench.add_subcommand(
+        "stream", "time reads of device memory by a number of SMs, by TMA, by loads, and beside TMA reads of L2");
+#if defined(AFD_HAVE_CUDA)
+    auto flags = std::make_shared<BenchStreamFlags>();
+    stream
+        ->add_option("--modes", flags->options.modes,
+                     "tma, tma-l2, lsu, tma+lsu, tma-l2+lsu (the default), tma+lsu-l2 and/or tma+cp-l2 (these two need "
+                     "--stage-l2-kib > 0; kernels/cuda/stream_bench.h)")
+        ->delimiter(',')
+        ->check(CLI::IsMember(kernels::cuda::streamBenchModes()));
+    stream->add_option("--sms", flags->options.sms, "CTAs, one per SM (capped at the device's SMs)")
+        ->delimiter(',')
+        ->check(CLI::Range(1, 1 << 12));
+    stream->add_option("--stages", flags->options.stages, "TMA ring stages (each point with each)")
+        ->delimiter(',')
+        ->check(CLI::Range(1, 64));
+    stream->add_option("--stage-kib", flags->options.stage_kib, "KiB of each TMA stage from DRAM (tma-l2: from L2)")
+        ->check(CLI::Range(1, 128));
+    stream
+        ->add_option("--stage-l2-kib", flags->options.stage_l2_kib,
+                     "KiB of each tma stage from an L2-resident buffer besides (each point with each)")
+        ->delimiter(',')
+        ->check(CLI::Range(0, 128));
+    stream->add_option("--mib-per-path", flags->mib_per_path, "MiB each path of a CTA reads")
+        ->check(CLI::Range(1, 1024));
+    stream->add_option("--reps", flags->options.reps, "timed launches per point")->check(CLI::PositiveNumber);
+    addWarmupMsOption(*stream, flags->options.warmup_ms);
+    stream->add_option("--csv", flags->csv, "also write the rows to this CSV file");
+    stream->callback([flags, &exit_code] { exit_code = runBenchStream(*flags); });
+#else
+    stream->callback([&exit_code] {
+        AFD_LOG_ERROR("bench stream: this afd was built without the CUDA backend");
+        exit_code = core::kExitFailure;
+    });
+#endif
+}
+
+}  // namespace afd::cli

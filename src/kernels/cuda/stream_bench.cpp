@@ -1,0 +1,183 @@
+#include "kernels/cuda/stream_bench.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/check.h"
+#include "kernels/cuda/bench_timing.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/stream_kernel.h"
+
+namespace afd::kernels::cuda {
+namespace {
+
+constexpr int64_t kL2BytesPerCta = 128 * 1024;  // 17 MB over 132 SMs: stays in L2
+constexpr int64_t kMaxRingKib = 200;
+
+// The modes whose load path reads L2 bytes paced by the TMA stages.
+bool isLoadL2Mode(const std::string& mode) { return mode == "tma+lsu-l2" || mode == "tma+cp-l2"; }
+
+double median(std::vector<double> v) {
+    if (v.empty()) {
+        return 0;
+    }
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+}  // namespace
+
+StreamBenchResult runStreamBench(const StreamBenchOptions& o) {
+    AFD_CHECK(o.reps >= 1, "bench stream: reps {} must be >= 1", o.reps);
+    const int64_t stage_bytes = static_cast<int64_t>(o.stage_kib) * 1024;
+    AFD_CHECK(o.stage_kib >= 1 && kL2BytesPerCta % stage_bytes == 0,
+              "bench stream: stage KiB {} must divide {} KiB (the L2 buffer)", o.stage_kib, kL2BytesPerCta / 1024);
+    const int64_t step = std::max(stage_bytes, streamKernelLoadStepBytes());
+    AFD_CHECK(o.bytes_per_path >= step && o.bytes_per_path % step == 0,
+              "bench stream: bytes per path {} must be a positive multiple of {}", o.bytes_per_path, step);
+    for (const int l2_kib : o.stage_l2_kib) {
+        AFD_CHECK(l2_kib >= 0 && l2_kib % 2 == 0 &&
+                      (l2_kib == 0 || kL2BytesPerCta % (static_cast<int64_t>(l2_kib) * 1024) == 0),
+                  "bench stream: stage L2 KiB {} must be 0 or an even divisor of {} KiB", l2_kib,
+                  kL2BytesPerCta / 1024);
+    }
+    for (const int stages : o.stages) {
+        AFD_CHECK(stages >= 1, "bench stream: stages {} must be >= 1", stages);
+    }
+    AFD_CHECK(!o.modes.empty() && !o.sms.empty() && !o.stages.empty() && !o.stage_l2_kib.empty(),
+              "bench stream: modes, SMs, stages and stage L2 KiB each need at least one value");
+    for (const std::string& mode : o.modes) {
+        AFD_CHECK(std::find(streamBenchModes().begin(), streamBenchModes().end(), mode) != streamBenchModes().end(),
+                  "bench stream: unknown mode '{}'", mode);
+        for (const int l2_kib : o.stage_l2_kib) {
+            AFD_CHECK(!isLoadL2Mode(mode) || l2_kib > 0, "bench stream: mode {} needs stage L2 KiB > 0", mode);
+            for (const int stages : o.stages) {
+                const int64_t ring_kib = static_cast<int64_t>(stages) * (o.stage_kib + (mode == "tma" ? l2_kib : 0));
+                AFD_CHECK(ring_kib <= kMaxRingKib,
+                          "bench stream: mode {}: {} stages of {} + {} KiB exceed {} KiB of shared memory", mode,
+                          stages, o.stage_kib, mode == "tma" ? l2_kib : 0, kMaxRingKib);
+            }
+        }
+    }
+    for (const int sms : o.sms) {
+        AFD_CHECK(sms >= 1, "bench stream: SMs {} must be >= 1", sms);
+    }
+    AFD_CHECK(deviceCount() > 0, "afd bench stream needs a CUDA device");
+    Stream stream;
+    const cudaStream_t s = stream.get();
+    StreamBenchResult result = startBenchResult<StreamBenchRow>(s, o.warmup_ms);
+    int device = 0;
+    AFD_CUDA_CHECK(cudaGetDevice(&device));
+    int sm_count = 0;
+    AFD_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+    const int max_ctas = std::min(sm_count, *std::max_element(o.sms.begin(), o.sms.end()));
+    AFD_CHECK(max_ctas >= 1, "bench stream: --sms must name at least one SM");
+
+    // Each CTA's DRAM region holds the TMA path's bytes, then the load path's.
+    const int64_t region = 2 * o.bytes_per_path;
+    DeviceMemory dram(static_cast<size_t>(region) * static_cast<size_t>(max_ctas));
+    DeviceMemory l2(static_cast<size_t>(kL2BytesPerCta) * static_cast<size_t>(max_ctas));
+    DeviceMemory stamps(static_cast<size_t>(max_ctas) * kStreamStamps * sizeof(uint64_t));
+    DeviceMemory sink(sizeof(uint32_t));
+    fillRandom(dram.get(), dram.bytes() / 2, 11, 1.0f, s);
+    fillRandom(l2.get(), l2.bytes() / 2, 12, 1.0f, s);
+    AFD_CUDA_CHECK(cudaStreamSynchronize(s));
+
+    std::vector<uint64_t> host(static_cast<size_t>(max_ctas) * kStreamStamps);
+    for (const std::string& mode : o.modes) {
+        const bool tma = mode != "lsu";
+        const bool tma_from_l2 = mode == "tma-l2" || mode == "tma-l2+lsu";
+        const bool lsu = mode == "lsu" || mode == "tma+lsu" || mode == "tma-l2+lsu";
+        const bool lsu_l2 = isLoadL2Mode(mode);
+        // The ring's variants apply to the TMA modes; tma-l2 has no DRAM part to add L2 bytes to.
+        const std::vector<int> stage_list = tma ? o.stages : std::vector<int>{0};
+        const std::vector<int> l2_list = tma && !tma_from_l2 ? o.stage_l2_kib : std::vector<int>{0};
+        for (const int stages : stage_list) {
+            for (const int l2_kib : l2_list) {
+                for (const int requested : o.sms) {
+                    const int ctas = std::min(requested, sm_count);
+                    StreamKernelArgs args;
+                    args.dram = static_cast<const uint8_t*>(dram.get());
+                    args.region_bytes = region;
+                    args.lsu_offset = o.bytes_per_path;
+                    args.l2 = static_cast<const uint8_t*>(l2.get());
+                    args.l2_bytes = kL2BytesPerCta;
+                    args.stages = std::max(stages, 1);
+                    args.dram_stage_bytes = tma && !tma_from_l2 ? stage_bytes : 0;
+                    args.l2_stage_bytes =
+                        tma_from_l2 ? stage_bytes : (lsu_l2 ? 0 : static_cast<int64_t>(l2_kib) * 1024);
+                    args.lsu_l2_stage_bytes = lsu_l2 ? static_cast<int64_t>(l2_kib) * 1024 : 0;
+                    args.lsu_cp_async = mode == "tma+cp-l2";
+                    args.tma_stages = tma ? o.bytes_per_path / stage_bytes : 0;
+                    args.lsu_bytes = lsu ? o.bytes_per_path : 0;
+                    args.stamps = stamps.as<uint64_t>();
+                    args.sink = sink.as<uint32_t>();
+                    const int64_t tma_cta_bytes = args.tma_stages * (args.dram_stage_bytes + args.l2_stage_bytes);
+                    const int64_t dram_cta_bytes = args.tma_stages * args.dram_stage_bytes + args.lsu_bytes;
+                    std::vector<double> dram_tbps;
+                    std::vector<double> tma_gbps;
+                    std::vector<double> lsu_gbps;
+                    for (int rep = -1; rep < o.reps; ++rep) {  // rep -1: untimed (module load, first touch)
+                        AFD_CUDA_CHECK(cudaMemsetAsync(stamps.get(), 0, stamps.bytes(), s));
+                        AFD_CUDA_CHECK(launchStreamKernel(args, ctas, s));
+                        AFD_CUDA_CHECK(cudaMemcpyAsync(host.data(), stamps.get(), host.size() * sizeof(uint64_t),
+                                                       cudaMemcpyDeviceToHost, s));
+                        AFD_CUDA_CHECK(cudaStreamSynchronize(s));
+                        if (rep < 0) {
+                            continue;
+                        }
+                        uint64_t start = UINT64_MAX;
+                        uint64_t dram_end = 0;
+                        std::vector<double> tma_cta;
+                        std::vector<double> lsu_cta;
+                        for (int b = 0; b < ctas; ++b) {
+                            const uint64_t* st = &host[static_cast<size_t>(b) * kStreamStamps];
+                            start = std::min(start, st[0]);
+                            if (args.dram_stage_bytes > 0) {
+                                dram_end = std::max(dram_end, st[1]);
+                            }
+                            if (lsu) {
+                                dram_end = std::max(dram_end, st[2]);
+                            }
+                            if (lsu_l2 && st[2] > st[0]) {
+                                lsu_cta.push_back(static_cast<double>(args.tma_stages * args.lsu_l2_stage_bytes) /
+                                                  static_cast<double>(st[2] - st[0]));
+                            }
+                            if (tma && st[1] > st[0]) {  // bytes per ns = GB/s
+                                tma_cta.push_back(static_cast<double>(tma_cta_bytes) /
+                                                  static_cast<double>(st[1] - st[0]));
+                            }
+                            if (lsu && st[2] > st[0]) {
+                                lsu_cta.push_back(static_cast<double>(args.lsu_bytes) /
+                                                  static_cast<double>(st[2] - st[0]));
+                            }
+                        }
+                        if (dram_cta_bytes > 0 && dram_end > start) {
+                            dram_tbps.push_back(static_cast<double>(ctas) * static_cast<double>(dram_cta_bytes) /
+                                                static_cast<double>(dram_end - start) / 1e3);
+                        }
+                        tma_gbps.push_back(median(tma_cta));
+                        lsu_gbps.push_back(median(lsu_cta));
+                    }
+                    StreamBenchRow row;
+                    row.mode = mode;
+                    row.sms = ctas;
+                    row.stages = tma ? stages : 0;
+                    row.stage_kib = tma ? o.stage_kib : 0;
+                    row.stage_l2_kib = tma && !tma_from_l2 ? l2_kib : 0;
+                    row.dram_tbps = median(dram_tbps);
+                    row.pct_of_copy = result.copy_tbps > 0 ? 100.0 * row.dram_tbps / result.copy_tbps : 0;
+                    row.tma_gbps_per_sm = median(tma_gbps);
+                    row.lsu_gbps_per_sm = median(lsu_gbps);
+                    result.rows.push_back(row);
+                }
+            }
+        }
+    }
+    return result;
+}
+
+}  // namespace afd::kernels::cuda

@@ -1,0 +1,65 @@
+// `afd bench stream`: how fast a number of SMs (one CTA each) read device memory, and through which path: TMA bulk
+// copies into a ring of shared-memory stages (how the grouped expert GEMMs stream their weights), plain loads by 128
+// threads, both at once, and L2-resident bytes read beside the DRAM stream, by the same TMA stages (as the GEMMs' token
+// tiles come beside their weights) or by the other path (docs/cuda-moe-notes.md, v19). Each figure is stated against
+// the copy bandwidth measured in the same run. g++-includable (no CUDA headers). Throws core::Error on bad options
+// (before touching the device) and on CUDA failures.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/bench_result.h"
+
+namespace afd::kernels::cuda {
+
+// What each CTA of a stream mode reads (its own regions):
+//   tma         DRAM by TMA, each stage stage_kib from DRAM and stage_l2_kib from an L2-resident buffer
+//   tma-l2      an L2-resident buffer by TMA, stage_kib a stage
+//   lsu         DRAM by 16-byte loads (16 KB in flight per CTA)
+//   tma+lsu, tma-l2+lsu  both paths at once
+//   tma+lsu-l2  DRAM by TMA (stage_kib a stage) and, for each stage landed, stage_l2_kib of an L2-resident buffer by
+//               loads (the expert GEMMs' token tiles, read from L2 beside the weights, by the other path)
+//   tma+cp-l2   the same with cp.async into shared memory instead of loads into registers
+inline const std::vector<std::string>& streamBenchModes() {
+    static const std::vector<std::string> modes{"tma",        "tma-l2",     "lsu",      "tma+lsu",
+                                                "tma-l2+lsu", "tma+lsu-l2", "tma+cp-l2"};
+    return modes;
+}
+
+struct StreamBenchOptions {
+    // The modes that need no L2 bytes beside them (tma+lsu-l2 and tma+cp-l2 need stage_l2_kib > 0).
+    std::vector<std::string> modes{"tma", "tma-l2", "lsu", "tma+lsu", "tma-l2+lsu"};
+    std::vector<int> sms{8, 16, 33, 66, 99, 132};  // CTAs, one per SM (capped at the device's SM count)
+    std::vector<int> stages{6};                    // TMA ring stages
+    int stage_kib = 32;                            // KiB of each TMA stage from DRAM (tma-l2: from L2)
+    // KiB of L2-resident bytes per TMA stage besides (0 or an even divisor of 128): in the tma stage itself, or read by
+    // the load path for each stage landed (tma+lsu-l2, tma+cp-l2: not 0)
+    std::vector<int> stage_l2_kib{0};
+    int64_t bytes_per_path = 24ll << 20;      // bytes each path of a CTA reads
+    int reps = 5;                             // timed launches per point (median reported)
+    double warmup_ms = kSteadyStateWarmupMs;  // device time of copies before the copy-rate measurement
+};
+
+struct StreamBenchRow {
+    std::string mode;
+    int sms = 0;
+    int stages = 0;  // TMA ring (0: no TMA path)
+    int stage_kib = 0;
+    int stage_l2_kib = 0;
+    // DRAM bytes of all CTAs over the window from the first CTA's start to the last DRAM path's end.
+    double dram_tbps = 0;
+    double pct_of_copy = 0;  // dram_tbps against the copy bandwidth
+    // Each path's bytes per CTA over the CTA's own time to that path's end, the median over the CTAs (0: no such path);
+    // the TMA path's bytes are its DRAM and L2 bytes together, the load path's its L2 bytes in tma+lsu-l2 and
+    // tma+cp-l2.
+    double tma_gbps_per_sm = 0;
+    double lsu_gbps_per_sm = 0;
+};
+
+using StreamBenchResult = BenchResult<StreamBenchRow>;
+
+StreamBenchResult runStreamBench(const StreamBenchOptions& options);
+
+}  // namespace afd::kernels::cuda

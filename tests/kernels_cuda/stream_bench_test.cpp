@@ -1,0 +1,92 @@
+// `afd bench stream` (kernels/cuda/stream_bench.h): bad options are refused before the device is touched (these run
+// on every machine), and on a GPU a short run accounts its bytes consistently: each DRAM path's per-SM rate times the
+// SMs is the aggregate rate it reports, within the spread of the CTAs' end times.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/check.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/stream_bench.h"
+
+namespace afd::kernels::cuda {
+namespace {
+
+StreamBenchOptions smallRun() {
+    StreamBenchOptions o;
+    o.sms = {2, 4};
+    o.stages = {4};
+    o.bytes_per_path = 2ll << 20;
+    o.reps = 2;
+    o.warmup_ms = 0;
+    return o;
+}
+
+void expectRefused(const StreamBenchOptions& o, const std::string& words) {
+    try {
+        runStreamBench(o);
+        FAIL() << "accepted options that should fail with: " << words;
+    } catch (const core::Error& e) {
+        EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+}
+
+TEST(StreamBenchTest, RefusesBadOptionsBeforeTheDevice) {
+    StreamBenchOptions o = smallRun();
+    o.modes = {"tma", "dram"};
+    expectRefused(o, "unknown mode 'dram'");
+    o = smallRun();
+    o.stage_kib = 48;
+    expectRefused(o, "stage KiB 48 must divide 128");
+    o = smallRun();
+    o.stage_l2_kib = {3};
+    expectRefused(o, "stage L2 KiB 3 must be 0 or an even divisor");
+    o = smallRun();
+    o.modes = {"tma"};
+    o.stages = {5};
+    o.stage_l2_kib = {16};
+    expectRefused(o, "5 stages of 32 + 16 KiB exceed 200 KiB");
+    o = smallRun();
+    o.modes = {"tma+lsu-l2"};
+    o.stage_l2_kib = {0};
+    expectRefused(o, "needs stage L2 KiB > 0");
+    o = smallRun();
+    o.bytes_per_path = 1000;
+    expectRefused(o, "bytes per path 1000 must be a positive multiple");
+    o = smallRun();
+    o.sms = {};
+    expectRefused(o, "need at least one value");
+}
+
+TEST(StreamBenchTest, ReportsConsistentRatesOnTheDevice) {
+    if (deviceCount() == 0) {
+        GTEST_SKIP() << "no CUDA device";
+    }
+    StreamBenchOptions o = smallRun();
+    o.modes = {"tma", "lsu", "tma-l2", "tma+lsu-l2"};
+    o.stage_l2_kib = {8};
+    const StreamBenchResult r = runStreamBench(o);
+    ASSERT_EQ(r.rows.size(), 8u);
+    EXPECT_GT(r.copy_tbps, 0.1);
+    for (const StreamBenchRow& row : r.rows) {
+        SCOPED_TRACE(row.mode + " on " + std::to_string(row.sms) + " SMs");
+        if (row.mode == "tma" || row.mode == "lsu") {
+            // The TMA path's rate counts its L2 bytes too: 8 KiB of each 32 + 8 KiB stage.
+            const double per_sm = row.mode == "tma" ? row.tma_gbps_per_sm * 32.0 / 40.0 : row.lsu_gbps_per_sm;
+            ASSERT_GT(per_sm, 1.0);
+            // The aggregate is over the last CTA's end, the per-SM rate over each CTA's own: within 25 %.
+            EXPECT_NEAR(row.dram_tbps * 1e3 / row.sms, per_sm, 0.25 * per_sm);
+        }
+        if (row.mode == "tma-l2") {
+            EXPECT_EQ(row.dram_tbps, 0.0);  // no DRAM path
+            EXPECT_GT(row.tma_gbps_per_sm, 1.0);
+        }
+        if (row.mode == "tma+lsu-l2") {
+            EXPECT_GT(row.tma_gbps_per_sm, 1.0);
+            EXPECT_GT(row.lsu_gbps_per_sm, 0.1);  // the L2 reads paced by the stages
+        }
+    }
+}
+
+}  // namespace
+}  // namespace afd::kernels::cuda
