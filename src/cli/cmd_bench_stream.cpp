@@ -30,10 +30,10 @@ void printTable(const kernels::cuda::StreamBenchResult& r, const kernels::cuda::
     printBenchRates(r.device, r.copy_tbps, r.gemm_tflops, r.gemm_burst_tflops);
     fmt::print("one CTA per SM, {} MiB per path and CTA; per-SM rates: each CTA's path bytes / its own time\n",
                o.bytes_per_path >> 20);
-    fmt::print("{:>11} {:>4} {:>6} {:>8} {:>7} {:>10} {:>7} {:>12} {:>12}\n", "mode", "SMs", "stages", "dram_KiB",
+    fmt::print("{:>15} {:>4} {:>6} {:>8} {:>7} {:>10} {:>7} {:>12} {:>12}\n", "mode", "SMs", "stages", "dram_KiB",
                "l2_KiB", "dram_TB/s", "%copy", "tma_GB/s/SM", "lsu_GB/s/SM");
     for (const auto& row : r.rows) {
-        fmt::print("{:>11} {:>4} {:>6} {:>8} {:>7} {:>10.3f} {:>7.1f} {:>12.1f} {:>12.1f}\n", row.mode, row.sms,
+        fmt::print("{:>15} {:>4} {:>6} {:>8} {:>7} {:>10.3f} {:>7.1f} {:>12.1f} {:>12.1f}\n", row.mode, row.sms,
                    row.stages, row.mode == "tma-l2" ? 0 : row.stage_kib,
                    row.mode == "tma-l2" ? row.stage_kib : row.stage_l2_kib, row.dram_tbps, row.pct_of_copy,
                    row.tma_gbps_per_sm, row.lsu_gbps_per_sm);
@@ -82,8 +82,8 @@ void addBenchStreamCommand(CLI::App& bench, int& exit_code) {
     auto flags = std::make_shared<BenchStreamFlags>();
     stream
         ->add_option("--modes", flags->options.modes,
-                     "tma, tma-l2, lsu, tma+lsu, tma-l2+lsu (the default), tma+lsu-l2 and/or tma+cp-l2 (these two need "
-                     "--stage-l2-kib > 0; kernels/cuda/stream_bench.h)")
+                     "what each SM reads and how (kernels/cuda/stream_bench.h); default tma, tma-l2, lsu, tma+lsu, "
+                     "tma-l2+lsu; tma+lsu-l2, tma+cp-l2, tma+cp-stage and tma+cp128-stage need --stage-l2-kib > 0")
         ->delimiter(',')
         ->check(CLI::IsMember(kernels::cuda::streamBenchModes()));
     stream->add_option("--sms", flags->options.sms, "CTAs, one per SM (capped at the device's SMs)")

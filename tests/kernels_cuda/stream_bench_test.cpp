@@ -1,6 +1,6 @@
 // `afd bench stream` (kernels/cuda/stream_bench.h): bad options are refused before the device is touched (these run
 // on every machine), and on a GPU a short run accounts its bytes consistently: each DRAM path's per-SM rate times the
-// SMs is the aggregate rate it reports, within the spread of the CTAs' end times.
+// SMs is the aggregate rate it reports, within the spread of the CTAs' end times, and a paced path keeps its pace.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -63,10 +63,10 @@ TEST(StreamBenchTest, ReportsConsistentRatesOnTheDevice) {
         GTEST_SKIP() << "no CUDA device";
     }
     StreamBenchOptions o = smallRun();
-    o.modes = {"tma", "lsu", "tma-l2", "tma+lsu-l2"};
+    o.modes = {"tma", "lsu", "tma-l2", "tma+lsu-l2", "tma+cp-stage", "lsu+tma-l2"};
     o.stage_l2_kib = {8};
     const StreamBenchResult r = runStreamBench(o);
-    ASSERT_EQ(r.rows.size(), 8u);
+    ASSERT_EQ(r.rows.size(), 12u);
     EXPECT_GT(r.copy_tbps, 0.1);
     for (const StreamBenchRow& row : r.rows) {
         SCOPED_TRACE(row.mode + " on " + std::to_string(row.sms) + " SMs");
@@ -84,6 +84,16 @@ TEST(StreamBenchTest, ReportsConsistentRatesOnTheDevice) {
         if (row.mode == "tma+lsu-l2") {
             EXPECT_GT(row.tma_gbps_per_sm, 1.0);
             EXPECT_GT(row.lsu_gbps_per_sm, 0.1);  // the L2 reads paced by the stages
+        }
+        if (row.mode == "tma+cp-stage") {
+            // Each stage's 32 KiB from DRAM are counted in the DRAM rate, its 8 KiB by cp.async in the stage rate.
+            ASSERT_GT(row.tma_gbps_per_sm, 1.0);
+            EXPECT_NEAR(row.dram_tbps * 1e3 / row.sms, row.tma_gbps_per_sm * 32.0 / 40.0, 0.25 * row.tma_gbps_per_sm);
+        }
+        if (row.mode == "lsu+tma-l2") {
+            // The TMA reads of L2 are paced at half the loads' DRAM bytes: they end about when the loads do.
+            ASSERT_GT(row.lsu_gbps_per_sm, 1.0);
+            EXPECT_NEAR(row.tma_gbps_per_sm, 0.5 * row.lsu_gbps_per_sm, 0.25 * row.lsu_gbps_per_sm);
         }
     }
 }

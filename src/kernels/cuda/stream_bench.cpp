@@ -19,6 +19,10 @@ constexpr int64_t kMaxRingKib = 200;
 
 // The modes whose load path reads L2 bytes paced by the TMA stages.
 bool isLoadL2Mode(const std::string& mode) { return mode == "tma+lsu-l2" || mode == "tma+cp-l2"; }
+// The modes whose stages hold L2 bytes copied by cp.async beside the TMA's DRAM bytes; 0: none.
+int stageCopyThreads(const std::string& mode) {
+    return mode == "tma+cp-stage" ? 64 : (mode == "tma+cp128-stage" ? 128 : 0);
+}
 
 double median(std::vector<double> v) {
     if (v.empty()) {
@@ -53,12 +57,14 @@ StreamBenchResult runStreamBench(const StreamBenchOptions& o) {
         AFD_CHECK(std::find(streamBenchModes().begin(), streamBenchModes().end(), mode) != streamBenchModes().end(),
                   "bench stream: unknown mode '{}'", mode);
         for (const int l2_kib : o.stage_l2_kib) {
-            AFD_CHECK(!isLoadL2Mode(mode) || l2_kib > 0, "bench stream: mode {} needs stage L2 KiB > 0", mode);
+            const bool l2_in_stage = mode == "tma" || stageCopyThreads(mode) > 0;
+            AFD_CHECK((!isLoadL2Mode(mode) && stageCopyThreads(mode) == 0) || l2_kib > 0,
+                      "bench stream: mode {} needs stage L2 KiB > 0", mode);
             for (const int stages : o.stages) {
-                const int64_t ring_kib = static_cast<int64_t>(stages) * (o.stage_kib + (mode == "tma" ? l2_kib : 0));
+                const int64_t ring_kib = static_cast<int64_t>(stages) * (o.stage_kib + (l2_in_stage ? l2_kib : 0));
                 AFD_CHECK(ring_kib <= kMaxRingKib,
                           "bench stream: mode {}: {} stages of {} + {} KiB exceed {} KiB of shared memory", mode,
-                          stages, o.stage_kib, mode == "tma" ? l2_kib : 0, kMaxRingKib);
+                          stages, o.stage_kib, l2_in_stage ? l2_kib : 0, kMaxRingKib);
             }
         }
     }
@@ -89,8 +95,9 @@ StreamBenchResult runStreamBench(const StreamBenchOptions& o) {
     std::vector<uint64_t> host(static_cast<size_t>(max_ctas) * kStreamStamps);
     for (const std::string& mode : o.modes) {
         const bool tma = mode != "lsu";
-        const bool tma_from_l2 = mode == "tma-l2" || mode == "tma-l2+lsu";
-        const bool lsu = mode == "lsu" || mode == "tma+lsu" || mode == "tma-l2+lsu";
+        const bool paced_l2 = mode == "lsu+tma-l2";
+        const bool tma_from_l2 = mode == "tma-l2" || mode == "tma-l2+lsu" || paced_l2;
+        const bool lsu = mode == "lsu" || mode == "tma+lsu" || mode == "tma-l2+lsu" || paced_l2;
         const bool lsu_l2 = isLoadL2Mode(mode);
         // The ring's variants apply to the TMA modes; tma-l2 has no DRAM part to add L2 bytes to.
         const std::vector<int> stage_list = tma ? o.stages : std::vector<int>{0};
@@ -111,11 +118,21 @@ StreamBenchResult runStreamBench(const StreamBenchOptions& o) {
                         tma_from_l2 ? stage_bytes : (lsu_l2 ? 0 : static_cast<int64_t>(l2_kib) * 1024);
                     args.lsu_l2_stage_bytes = lsu_l2 ? static_cast<int64_t>(l2_kib) * 1024 : 0;
                     args.lsu_cp_async = mode == "tma+cp-l2";
+                    args.cp_threads = stageCopyThreads(mode);
+                    if (args.cp_threads > 0) {
+                        args.l2_stage_bytes = 0;
+                        args.cp_stage_bytes = static_cast<int64_t>(l2_kib) * 1024;
+                    }
                     args.tma_stages = tma ? o.bytes_per_path / stage_bytes : 0;
+                    args.tma_paced_by_loads = paced_l2;
+                    if (paced_l2) {
+                        args.tma_stages = o.bytes_per_path / (2 * stage_bytes);
+                    }
                     args.lsu_bytes = lsu ? o.bytes_per_path : 0;
                     args.stamps = stamps.as<uint64_t>();
                     args.sink = sink.as<uint32_t>();
-                    const int64_t tma_cta_bytes = args.tma_stages * (args.dram_stage_bytes + args.l2_stage_bytes);
+                    const int64_t tma_cta_bytes =
+                        args.tma_stages * (args.dram_stage_bytes + args.l2_stage_bytes + args.cp_stage_bytes);
                     const int64_t dram_cta_bytes = args.tma_stages * args.dram_stage_bytes + args.lsu_bytes;
                     std::vector<double> dram_tbps;
                     std::vector<double> tma_gbps;

@@ -22,14 +22,21 @@ namespace afd::kernels::cuda {
 //   tma+lsu-l2  DRAM by TMA (stage_kib a stage) and, for each stage landed, stage_l2_kib of an L2-resident buffer by
 //               loads (the expert GEMMs' token tiles, read from L2 beside the weights, by the other path)
 //   tma+cp-l2   the same with cp.async into shared memory instead of loads into registers
+//   tma+cp-stage  DRAM by TMA, and stage_l2_kib of each stage copied from L2 by cp.async by 64 threads as its slot
+//               frees, the stage full when both have landed (token rows by the load path, needed with their stage)
+//   tma+cp128-stage  the same by 128 threads
+//   lsu+tma-l2  DRAM by loads, and an L2-resident buffer by TMA stages of stage_kib, paced at half the loads' bytes
+//               (the other split: weights by the load path, token tiles by TMA)
 inline const std::vector<std::string>& streamBenchModes() {
-    static const std::vector<std::string> modes{"tma",        "tma-l2",     "lsu",      "tma+lsu",
-                                                "tma-l2+lsu", "tma+lsu-l2", "tma+cp-l2"};
+    static const std::vector<std::string> modes{
+        "tma",        "tma-l2",    "lsu",          "tma+lsu",         "tma-l2+lsu",
+        "tma+lsu-l2", "tma+cp-l2", "tma+cp-stage", "tma+cp128-stage", "lsu+tma-l2"};
     return modes;
 }
 
 struct StreamBenchOptions {
-    // The modes that need no L2 bytes beside them (tma+lsu-l2 and tma+cp-l2 need stage_l2_kib > 0).
+    // The modes that need no L2 bytes beside them (tma+lsu-l2, tma+cp-l2, tma+cp-stage and tma+cp128-stage need
+    // stage_l2_kib > 0).
     std::vector<std::string> modes{"tma", "tma-l2", "lsu", "tma+lsu", "tma-l2+lsu"};
     std::vector<int> sms{8, 16, 33, 66, 99, 132};  // CTAs, one per SM (capped at the device's SM count)
     std::vector<int> stages{6};                    // TMA ring stages

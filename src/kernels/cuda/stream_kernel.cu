@@ -7,6 +7,7 @@
 // so that one CTA runs per SM.
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "kernels/cuda/sm90_ptx.cuh"
@@ -30,16 +31,18 @@ __device__ __forceinline__ uint4 loadStreaming(const uint8_t* src) {
 __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs args) {
     extern __shared__ uint8_t smem_raw[];
     uint8_t* ring = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-    const int64_t stage_bytes = args.dram_stage_bytes + args.l2_stage_bytes;
+    const int64_t stage_bytes = args.dram_stage_bytes + args.l2_stage_bytes + args.cp_stage_bytes;
     uint64_t* full = reinterpret_cast<uint64_t*>(ring + args.stages * stage_bytes);
     uint64_t* empty = full + args.stages;
     volatile int64_t* taken = reinterpret_cast<volatile int64_t*>(empty + args.stages);  // stages the TMA path landed
+    volatile int64_t* load_progress = taken + 1;  // bytes the load path's first warp has read (tma_paced_by_loads)
     const int tid = threadIdx.x;
     const int64_t cta = blockIdx.x;
     if (tid == 0) {
         *taken = 0;
+        *load_progress = 0;
         for (int s = 0; s < args.stages; ++s) {
-            sm90::mbarInit(&full[s], 1);
+            sm90::mbarInit(&full[s], 1 + (args.cp_stage_bytes > 0 ? args.cp_threads : 0));
             sm90::mbarInit(&empty[s], 1);
         }
         sm90::fenceBarrierInit();
@@ -60,8 +63,10 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
             if (c >= args.stages) {
                 sm90::mbarWait(&empty[s], static_cast<uint32_t>((c / args.stages) & 1) ^ 1);
             }
+            while (args.tma_paced_by_loads && *load_progress < 2 * (c + 1) * stage_bytes) {
+            }
             uint8_t* dst = ring + s * stage_bytes;
-            sm90::mbarArriveExpectTx(&full[s], static_cast<uint32_t>(stage_bytes));
+            sm90::mbarArriveExpectTx(&full[s], static_cast<uint32_t>(args.dram_stage_bytes + args.l2_stage_bytes));
             if (args.dram_stage_bytes > 0) {
                 sm90::bulkLoad(dst, dram + c * args.dram_stage_bytes, static_cast<uint32_t>(args.dram_stage_bytes),
                                &full[s]);
@@ -79,6 +84,26 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
             *taken = c + 1;
         }
         stamps[1] = sm90::globalTimer();
+    } else if (tid >= 128 && tid < 128 + args.cp_threads && args.cp_stage_bytes > 0) {
+        // Part of every stage by cp.async from the L2 buffer, issued as the slot frees, the stage full only when
+        // these copies have landed too (as the expert GEMMs' token rows would come beside their TMA weights).
+        const int lt = tid - 128;
+        const int64_t pieces = args.l2_bytes / args.cp_stage_bytes;
+        const int vectors = static_cast<int>(args.cp_stage_bytes / (args.cp_threads * 16));
+        for (int64_t c = 0; c < args.tma_stages; ++c) {
+            const int s = static_cast<int>(c % args.stages);
+            if (c >= args.stages) {
+                sm90::mbarWait(&empty[s], static_cast<uint32_t>((c / args.stages) & 1) ^ 1);
+            }
+            const uint32_t dst = sm90::smemAddr(ring + s * stage_bytes + args.dram_stage_bytes + args.l2_stage_bytes);
+            const uint8_t* src = l2 + (c % pieces) * args.cp_stage_bytes;
+            for (int j = 0; j < vectors; ++j) {
+                const int64_t off = (static_cast<int64_t>(j) * args.cp_threads + lt) * 16;
+                sm90::cpAsync16(dst + static_cast<uint32_t>(off), src + off, true);
+            }
+            sm90::cpAsyncArriveNoinc(&full[s]);
+        }
+        asm volatile("cp.async.wait_all;" ::: "memory");
     } else if (tid >= 128 && args.lsu_l2_stage_bytes > 0) {
         // The load path paced by the ring: lsu_l2_stage_bytes of the L2 buffer for each stage the TMA path has landed.
         const int lt = tid - 128;
@@ -113,7 +138,7 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
         if (lt == 0) {
             stamps[2] = sm90::globalTimer();
         }
-    } else if (tid >= 128) {
+    } else if (tid >= 128 && args.lsu_bytes > 0) {
         // The load path: its own DRAM region after the TMA's, kLoadThreads x kLoads x 16 bytes per step.
         const int lt = tid - 128;
         const uint8_t* base = dram + args.lsu_offset;
@@ -129,6 +154,12 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
             for (int j = 0; j < kLoads; ++j) {
                 fold ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
             }
+            if (lt == 0) {
+                *load_progress = off + kStep;
+            }
+        }
+        if (lt == 0) {
+            *load_progress = INT64_MAX;  // the TMA path may finish whatever it has left
         }
         if (fold == 0x9e3779b9u) {
             atomicAdd(args.sink, 1u);  // rarely taken; keeps the loads live
@@ -143,9 +174,11 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
 }  // namespace
 
 size_t streamKernelSharedBytes(const StreamKernelArgs& args) {
-    const size_t ring =
-        1024 + static_cast<size_t>(args.stages) * static_cast<size_t>(args.dram_stage_bytes + args.l2_stage_bytes) +
-        2 * static_cast<size_t>(args.stages) * 8 + 8 + 1024 + 2 * static_cast<size_t>(args.lsu_l2_stage_bytes);
+    const size_t ring = 1024 +
+                        static_cast<size_t>(args.stages) *
+                            static_cast<size_t>(args.dram_stage_bytes + args.l2_stage_bytes + args.cp_stage_bytes) +
+                        2 * static_cast<size_t>(args.stages) * 8 + 16 + 1024 +
+                        2 * static_cast<size_t>(args.lsu_l2_stage_bytes);
     return ring > kOneCtaPerSmBytes ? ring : kOneCtaPerSmBytes;
 }
 int64_t streamKernelLoadStepBytes() { return static_cast<int64_t>(kLoadThreads) * kLoads * 16; }

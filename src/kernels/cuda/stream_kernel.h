@@ -30,7 +30,14 @@ struct StreamKernelArgs {
     // > 0: the load path reads this many bytes of l2 + b * l2_bytes for each stage the TMA path lands instead
     // (round robin over the buffer; a multiple of 2 KB).
     int64_t lsu_l2_stage_bytes = 0;
-    bool lsu_cp_async = false;   // the paced reads by cp.async into shared memory instead of loads into registers
+    bool lsu_cp_async = false;  // the paced reads by cp.async into shared memory instead of loads into registers
+    // > 0: each stage also holds cp_stage_bytes of l2 + b * l2_bytes copied by cp.async by threads [128, 128 +
+    // cp_threads) as the slot frees (a multiple of cp_threads * 16); the stage is full when they have landed too.
+    int64_t cp_stage_bytes = 0;
+    int cp_threads = 0;
+    // The TMA path issues stage c only once the load path has read 2 (c + 1) stages' bytes (L2 bytes by TMA at half
+    // the rate of DRAM bytes by loads).
+    bool tma_paced_by_loads = false;
     uint64_t* stamps = nullptr;  // [ctas][kStreamStamps], zero before the launch
     uint32_t* sink = nullptr;
 };
