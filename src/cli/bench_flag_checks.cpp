@@ -1,10 +1,13 @@
-// Checks of `afd bench`'s shape flags (bench_flag_checks.h).
+// What `afd bench`'s subcommands share (bench_flag_checks.h).
 #include "cli/bench_flag_checks.h"
 
 #include <fmt/core.h>
 
 #include <CLI/CLI.hpp>
 
+#include <exception>
+
+#include "core/exit_codes.h"
 #include "core/logging.h"
 
 namespace afd::cli {
@@ -40,6 +43,23 @@ void printBenchRates(const std::string& device, double copy_tbps, double gemm_tf
         "device: {}  copy {:.2f} TB/s (read+write)  bf16 gemm {:.0f} TFLOP/s after the warm-up ({:.0f} burst; "
         "cuBLAS 8192^3)\n",
         device, copy_tbps, gemm_tflops, gemm_burst_tflops);
+}
+
+std::unique_ptr<FILE, int (*)(FILE*)> openBenchCsv(const char* command, const std::string& path) {
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "w"), &std::fclose);
+    if (f == nullptr) {
+        AFD_LOG_ERROR("{}: cannot write {}", command, path);
+    }
+    return f;
+}
+
+int runBenchBody(const char* command, const std::function<bool()>& body) {
+    try {
+        return body() ? core::kExitOk : core::kExitFailure;
+    } catch (const std::exception& e) {
+        AFD_LOG_ERROR("{}: {}", command, e.what());
+        return core::kExitFailure;
+    }
 }
 
 bool topKWithinExperts(const char* command, int64_t top_k, int64_t experts) {

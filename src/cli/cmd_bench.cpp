@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,9 +50,8 @@ void printTable(const kernels::cuda::MoeBenchResult& r) {
 }
 
 bool writeCsv(const std::string& path, const kernels::cuda::MoeBenchResult& r) {
-    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "w"), &std::fclose);
+    const auto f = openBenchCsv("bench moe", path);
     if (f == nullptr) {
-        AFD_LOG_ERROR("bench moe: cannot write {}", path);
         return false;
     }
     fmt::print(f.get(),
@@ -105,17 +103,11 @@ int runBenchMoe(BenchMoeFlags& flags) {
     flags.options.slot_gather = !flags.token_gather;
     flags.options.down_per_expert = !flags.down_after_gate_up;
     flags.options.shared_weights_evict_normal = !flags.evict_first_weights;
-    try {
+    return runBenchBody("bench moe", [&] {
         const auto result = kernels::cuda::runMoeBench(flags.options);
         printTable(result);
-        if (!flags.csv.empty() && !writeCsv(flags.csv, result)) {
-            return core::kExitFailure;
-        }
-    } catch (const std::exception& e) {
-        AFD_LOG_ERROR("bench moe: {}", e.what());
-        return core::kExitFailure;
-    }
-    return core::kExitOk;
+        return flags.csv.empty() || writeCsv(flags.csv, result);
+    });
 }
 #endif
 

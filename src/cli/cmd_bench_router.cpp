@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <exception>
 #include <memory>
 #include <string>
 
@@ -37,9 +36,8 @@ void printTable(const kernels::cuda::RouterBenchResult& r, const kernels::cuda::
 }
 
 bool writeCsv(const std::string& path, const kernels::cuda::RouterBenchResult& r) {
-    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "w"), &std::fclose);
+    const auto f = openBenchCsv("bench router", path);
     if (f == nullptr) {
-        AFD_LOG_ERROR("bench router: cannot write {}", path);
         return false;
     }
     fmt::print(f.get(),
@@ -61,17 +59,11 @@ int runBenchRouter(BenchRouterFlags& flags) {
         return core::kExitBadConfig;
     }
     flags.options.renormalize = !flags.no_renormalize;
-    try {
+    return runBenchBody("bench router", [&] {
         const auto result = kernels::cuda::runRouterBench(flags.options);
         printTable(result, flags.options);
-        if (!flags.csv.empty() && !writeCsv(flags.csv, result)) {
-            return core::kExitFailure;
-        }
-    } catch (const std::exception& e) {
-        AFD_LOG_ERROR("bench router: {}", e.what());
-        return core::kExitFailure;
-    }
-    return core::kExitOk;
+        return flags.csv.empty() || writeCsv(flags.csv, result);
+    });
 }
 #endif
 

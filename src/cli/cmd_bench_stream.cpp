@@ -4,7 +4,6 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <exception>
 #include <memory>
 #include <string>
 
@@ -41,9 +40,8 @@ void printTable(const kernels::cuda::StreamBenchResult& r, const kernels::cuda::
 }
 
 bool writeCsv(const std::string& path, const kernels::cuda::StreamBenchResult& r) {
-    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "w"), &std::fclose);
+    const auto f = openBenchCsv("bench stream", path);
     if (f == nullptr) {
-        AFD_LOG_ERROR("bench stream: cannot write {}", path);
         return false;
     }
     fmt::print(f.get(),
@@ -59,17 +57,11 @@ bool writeCsv(const std::string& path, const kernels::cuda::StreamBenchResult& r
 
 int runBenchStream(BenchStreamFlags& flags) {
     flags.options.bytes_per_path = flags.mib_per_path << 20;
-    try {
+    return runBenchBody("bench stream", [&] {
         const auto result = kernels::cuda::runStreamBench(flags.options);
         printTable(result, flags.options);
-        if (!flags.csv.empty() && !writeCsv(flags.csv, result)) {
-            return core::kExitFailure;
-        }
-    } catch (const std::exception& e) {
-        AFD_LOG_ERROR("bench stream: {}", e.what());
-        return core::kExitFailure;
-    }
-    return core::kExitOk;
+        return flags.csv.empty() || writeCsv(flags.csv, result);
+    });
 }
 #endif
 
