@@ -166,7 +166,6 @@ __device__ __forceinline__ uint64_t policyEvictFirst() {
     return policy;
 }
 
-// 2-D tiled load of box {c0.., c1..} of `tmap` into shared memory at `dst`, completing `bytes` on `bar`.
 // Bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory into this CTA's shared
 // memory; completes `bytes` of transaction count on bar.
 __device__ __forceinline__ void bulkLoad(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
@@ -176,6 +175,7 @@ __device__ __forceinline__ void bulkLoad(void* dst, const void* src, uint32_t by
         : "memory");
 }
 
+// 2-D tiled load of box {c0.., c1..} of `tmap` into shared memory at `dst`, completing `bytes` on `bar`.
 __device__ __forceinline__ void tmaLoad2d(void* dst, const void* tmap, uint64_t* bar, int32_t c0, int32_t c1,
                                           uint64_t policy) {
     asm volatile(
