@@ -41,8 +41,9 @@ struct StreamBenchOptions {
     std::vector<int> sms{8, 16, 33, 66, 99, 132};  // CTAs, one per SM (capped at the device's SM count)
     std::vector<int> stages{6};                    // TMA ring stages
     int stage_kib = 32;                            // KiB of each TMA stage from DRAM (tma-l2: from L2)
-    // KiB of L2-resident bytes per TMA stage besides (0 or an even divisor of 128): in the tma stage itself, or read by
-    // the load path for each stage landed (tma+lsu-l2, tma+cp-l2: not 0)
+    // KiB of L2-resident bytes per TMA stage besides (0 or an even divisor of 128): in the stage itself (tma by TMA,
+    // tma+cp-stage and tma+cp128-stage by cp.async), or read by the load path for each stage landed (tma+lsu-l2,
+    // tma+cp-l2); not 0 in the last four.
     std::vector<int> stage_l2_kib{0};
     int64_t bytes_per_path = 24ll << 20;      // bytes each path of a CTA reads
     int reps = 5;                             // timed launches per point (median reported)

@@ -28,6 +28,17 @@ __device__ __forceinline__ uint4 loadStreaming(const uint8_t* src) {
     return v;
 }
 
+// Waits until *word (shared memory, written by another warp of the CTA) reaches `target`. Bounded like the mbarrier
+// waits (sm90_ptx.cuh): a path that stops making progress traps after ~2^28 polls instead of hanging the device.
+__device__ __forceinline__ void waitSharedAtLeast(const volatile int64_t* word, int64_t target) {
+    uint32_t polls = 0;
+    while (*word < target) {
+        if (++polls == (1u << 28)) {
+            __trap();
+        }
+    }
+}
+
 __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs args) {
     extern __shared__ uint8_t smem_raw[];
     uint8_t* ring = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
@@ -63,7 +74,8 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
             if (c >= args.stages) {
                 sm90::mbarWait(&empty[s], static_cast<uint32_t>((c / args.stages) & 1) ^ 1);
             }
-            while (args.tma_paced_by_loads && *load_progress < 2 * (c + 1) * stage_bytes) {
+            if (args.tma_paced_by_loads) {
+                waitSharedAtLeast(load_progress, 2 * (c + 1) * stage_bytes);
             }
             uint8_t* dst = ring + s * stage_bytes;
             sm90::mbarArriveExpectTx(&full[s], static_cast<uint32_t>(args.dram_stage_bytes + args.l2_stage_bytes));
@@ -113,8 +125,7 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
         // cp.async variant: into a scratch area past the ring (two stages of it, alternately), waited for per stage.
         const uint32_t scratch = sm90::smemAddr(ring) + static_cast<uint32_t>(args.stages * stage_bytes) + 1024;
         for (int64_t c = 0; c < args.tma_stages; ++c) {
-            while (*taken <= c) {
-            }
+            waitSharedAtLeast(taken, c + 1);
             const uint8_t* src = l2 + (c % pieces) * args.lsu_l2_stage_bytes + lt * 16;
             if (args.lsu_cp_async) {
                 const uint32_t dst = scratch + static_cast<uint32_t>((c & 1) * args.lsu_l2_stage_bytes) + lt * 16;
