@@ -51,6 +51,13 @@ TEST(StreamBenchTest, RefusesBadOptionsBeforeTheDevice) {
     o.stage_l2_kib = {0};
     expectRefused(o, "needs stage L2 KiB > 0");
     o = smallRun();
+    o.modes = {"ld128"};
+    o.stage_kib = 16;
+    expectRefused(o, "mode ld128 fills stages of 32 KiB from DRAM (stage KiB 16)");
+    o = smallRun();
+    o.pieces = {3};
+    expectRefused(o, "pieces 3 must be >= 1 and divide a stage of 32 KiB");
+    o = smallRun();
     o.bytes_per_path = 1000;
     expectRefused(o, "bytes per path 1000 must be a positive multiple");
     o = smallRun();
@@ -63,13 +70,17 @@ TEST(StreamBenchTest, ReportsConsistentRatesOnTheDevice) {
         GTEST_SKIP() << "no CUDA device";
     }
     StreamBenchOptions o = smallRun();
-    o.modes = {"tma", "lsu", "tma-l2", "tma+lsu-l2", "tma+cp-stage", "lsu+tma-l2"};
+    o.modes = {"tma", "lsu", "tma-l2", "tma+lsu-l2", "tma+cp-stage", "lsu+tma-l2", "ld96", "cp128"};
     o.stage_l2_kib = {8};
+    o.policies = {"none", "layer"};
+    o.pieces = {1, 4};
     const StreamBenchResult r = runStreamBench(o);
-    ASSERT_EQ(r.rows.size(), 12u);
+    // Two policies x two SM counts per point; tma, tma+lsu-l2 and tma+cp-stage with both piece counts.
+    ASSERT_EQ(r.rows.size(), 4u * (3 * 2 + 5));
     EXPECT_GT(r.copy_tbps, 0.1);
     for (const StreamBenchRow& row : r.rows) {
-        SCOPED_TRACE(row.mode + " on " + std::to_string(row.sms) + " SMs");
+        SCOPED_TRACE(row.mode + " " + row.policy + " in " + std::to_string(row.pieces) + " pieces on " +
+                     std::to_string(row.sms) + " SMs");
         if (row.mode == "tma" || row.mode == "lsu") {
             // The TMA path's rate counts its L2 bytes too: 8 KiB of each 32 + 8 KiB stage.
             const double per_sm = row.mode == "tma" ? row.tma_gbps_per_sm * 32.0 / 40.0 : row.lsu_gbps_per_sm;
@@ -85,8 +96,8 @@ TEST(StreamBenchTest, ReportsConsistentRatesOnTheDevice) {
             EXPECT_GT(row.tma_gbps_per_sm, 1.0);
             EXPECT_GT(row.lsu_gbps_per_sm, 0.1);  // the L2 reads paced by the stages
         }
-        if (row.mode == "tma+cp-stage") {
-            // Each stage's 32 KiB from DRAM are counted in the DRAM rate, its 8 KiB by cp.async in the stage rate.
+        if (row.mode == "tma+cp-stage" || row.mode == "ld96" || row.mode == "cp128") {
+            // Each stage's 32 KiB from DRAM are counted in the DRAM rate, its 8 KiB from L2 in the stage rate.
             ASSERT_GT(row.tma_gbps_per_sm, 1.0);
             EXPECT_NEAR(row.dram_tbps * 1e3 / row.sms, row.tma_gbps_per_sm * 32.0 / 40.0, 0.25 * row.tma_gbps_per_sm);
         }

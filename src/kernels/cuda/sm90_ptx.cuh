@@ -175,6 +175,15 @@ __device__ __forceinline__ void bulkLoad(void* dst, const void* src, uint32_t by
         : "memory");
 }
 
+// bulkLoad with an L2 policy (createpolicy) for the bytes read.
+__device__ __forceinline__ void bulkLoad(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
+            "r"(smemAddr(dst)),
+        "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smemAddr(bar)), "l"(policy)
+        : "memory");
+}
+
 // 2-D tiled load of box {c0.., c1..} of `tmap` into shared memory at `dst`, completing `bytes` on `bar`.
 __device__ __forceinline__ void tmaLoad2d(void* dst, const void* tmap, uint64_t* bar, int32_t c0, int32_t c1,
                                           uint64_t policy) {
@@ -257,6 +266,12 @@ __device__ __noinline__ inline void waitAtLeastAcquire(const int* ptr, int targe
 __device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, bool valid) {
     const uint32_t src_size = valid ? 16u : 0u;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_size) : "memory");
+}
+
+// cpAsync16 (valid) with an L2 policy (createpolicy) for the bytes read.
+__device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, uint64_t policy) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "l"(policy)
+                 : "memory");
 }
 
 // Arrives on `bar` once all cp.async of this thread issued so far have landed (counts as one of the barrier's

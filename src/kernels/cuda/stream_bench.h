@@ -27,11 +27,21 @@ namespace afd::kernels::cuda {
 //   tma+cp128-stage  the same by 128 threads
 //   lsu+tma-l2  DRAM by loads, and an L2-resident buffer by TMA stages of stage_kib, paced at half the loads' bytes
 //               (the other split: weights by the load path, token tiles by TMA)
+//   ld96, ld128 each stage's 32 KiB from DRAM loaded by 96 or 128 threads into registers (one stage ahead) and stored
+//   to
+//               shared memory in the 128-byte swizzle, and its stage_l2_kib by TMA; the stage full when both landed
+//               (the layer's weights by a loader warpgroup, its token tiles by TMA)
+//   cp96, cp128 the same with the DRAM bytes by cp.async into the stage
 inline const std::vector<std::string>& streamBenchModes() {
     static const std::vector<std::string> modes{
-        "tma",        "tma-l2",    "lsu",          "tma+lsu",         "tma-l2+lsu",
-        "tma+lsu-l2", "tma+cp-l2", "tma+cp-stage", "tma+cp128-stage", "lsu+tma-l2"};
+        "tma",          "tma-l2",          "lsu",        "tma+lsu", "tma-l2+lsu", "tma+lsu-l2", "tma+cp-l2",
+        "tma+cp-stage", "tma+cp128-stage", "lsu+tma-l2", "ld96",    "ld128",      "cp96",       "cp128"};
     return modes;
+}
+
+inline const std::vector<std::string>& streamBenchPolicies() {
+    static const std::vector<std::string> policies{"none", "normal", "first", "layer"};
+    return policies;
 }
 
 struct StreamBenchOptions {
@@ -40,11 +50,19 @@ struct StreamBenchOptions {
     std::vector<std::string> modes{"tma", "tma-l2", "lsu", "tma+lsu", "tma-l2+lsu"};
     std::vector<int> sms{8, 16, 33, 66, 99, 132};  // CTAs, one per SM (capped at the device's SM count)
     std::vector<int> stages{6};                    // TMA ring stages
-    int stage_kib = 32;                            // KiB of each TMA stage from DRAM (tma-l2: from L2)
-    // KiB of L2-resident bytes per TMA stage besides (0 or an even divisor of 128): in the stage itself (tma by TMA,
+    int stage_kib = 32;  // KiB of each TMA stage from DRAM (tma-l2: from L2); 32 with ld96, ld128, cp96, cp128
+    // KiB of L2-resident bytes per TMA stage besides (0 or an even divisor of 128): in the stage itself (tma, ld96,
+    // ld128, cp96 and cp128 by TMA,
     // tma+cp-stage and tma+cp128-stage by cp.async), or read by the load path for each stage landed (tma+lsu-l2,
     // tma+cp-l2); not 0 in the last four.
     std::vector<int> stage_l2_kib{0};
+    // L2 policies of the reads (each point with each; streamBenchPolicies): "none" (no cache hint), "normal" (every
+    // read with an evict_normal policy), "first" (DRAM bytes evict_first), "layer" (the expert GEMMs': DRAM bytes
+    // evict_first, L2-resident bytes evict_last, so that the stream does not evict them).
+    std::vector<std::string> policies{"none"};
+    // Pieces of each TMA stage's DRAM bytes (each point with each; StreamKernelArgs::dram_pieces): 1 reads a stage as
+    // one run; 4 as the expert GEMMs read a 32 KiB stage of packed weights (four 8 KiB blocks, 256 KiB apart).
+    std::vector<int> pieces{1};
     int64_t bytes_per_path = 24ll << 20;      // bytes each path of a CTA reads
     int reps = 5;                             // timed launches per point (median reported)
     double warmup_ms = kSteadyStateWarmupMs;  // device time of copies before the copy-rate measurement
@@ -52,6 +70,8 @@ struct StreamBenchOptions {
 
 struct StreamBenchRow {
     std::string mode;
+    std::string policy;
+    int pieces = 1;
     int sms = 0;
     int stages = 0;  // TMA ring (0: no TMA path)
     int stage_kib = 0;

@@ -3,7 +3,8 @@
 //
 // CTA = 256 threads: thread 0 issues the TMA bulk copies into a ring of stages, warp 1's lane 0 takes each stage as it
 // lands and hands it back (nothing reads the data), warps 4-7 read by 16-byte loads, kLoads in flight per thread, and
-// fold what they read into one word (so the loads are not dead). The launch asks for at least 120 KB of shared memory,
+// fold what they read into one word (so the loads are not dead); or warps 5-7 or 4-7 fill the DRAM part of each stage
+// instead of the TMA (StreamKernelArgs::stage_load_threads). The launch asks for at least 120 KB of shared memory,
 // so that one CTA runs per SM.
 #include <cuda_runtime.h>
 
@@ -20,12 +21,130 @@ constexpr int kLoadThreads = 128;
 constexpr size_t kOneCtaPerSmBytes = 120 * 1024;  // more than half an SM's shared memory
 constexpr int kLoads = 8;                         // 16-byte loads in flight per loading thread (16 KB per CTA)
 
-__device__ __forceinline__ uint4 loadStreaming(const uint8_t* src) {
+// An L2 policy for a read, or none (the read's hint-less form).
+struct ReadHint {
+    bool on;
+    uint64_t policy;
+};
+// The hints of the DRAM bytes and of the L2-resident ones (StreamKernelArgs::policy).
+__device__ __forceinline__ ReadHint dramHint(const StreamKernelArgs& args) {
+    if (args.policy == kStreamEvictNormal) {
+        return {true, sm90::policyEvictNormal()};
+    }
+    return args.policy >= kStreamDramEvictFirst ? ReadHint{true, sm90::policyEvictFirst()} : ReadHint{false, 0};
+}
+__device__ __forceinline__ ReadHint l2Hint(const StreamKernelArgs& args) {
+    if (args.policy == kStreamEvictNormal) {
+        return {true, sm90::policyEvictNormal()};
+    }
+    return args.policy == kStreamLayer ? ReadHint{true, sm90::policyEvictLast()} : ReadHint{false, 0};
+}
+__device__ __forceinline__ uint4 loadStreaming(const uint8_t* src, ReadHint hint) {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(reinterpret_cast<uint64_t>(src)));
+    if (!hint.on) {
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(reinterpret_cast<uint64_t>(src)));
+    } else {
+        asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(reinterpret_cast<uint64_t>(src)), "l"(hint.policy));
+    }
     return v;
+}
+__device__ __forceinline__ void copy16(uint32_t dst, const uint8_t* src, ReadHint hint) {
+    if (!hint.on) {
+        sm90::cpAsync16(dst, src, true);
+    } else {
+        sm90::cpAsync16(dst, src, hint.policy);
+    }
+}
+__device__ __forceinline__ void bulk(uint8_t* dst, const uint8_t* src, int64_t bytes, uint64_t* bar, ReadHint hint) {
+    if (!hint.on) {
+        sm90::bulkLoad(dst, src, static_cast<uint32_t>(bytes), bar);
+    } else {
+        sm90::bulkLoad(dst, src, static_cast<uint32_t>(bytes), bar, hint.policy);
+    }
+}
+
+constexpr int64_t kLoaderStageBytes = 32 * 1024;  // the DRAM part of a stage the loader threads fill
+
+// Where the 16-byte vector at byte `offset` of a stage's 128-byte rows goes in the 128-byte swizzle (as TMA's
+// SWIZZLE_128B stores it, and wgmma reads it).
+__device__ __forceinline__ uint32_t swizzled(uint32_t offset) {
+    const uint32_t row = offset >> 7;
+    return (row << 7) | ((((offset >> 4) & 7) ^ (row & 7)) << 4);
+}
+
+// The loader threads' part of the stages (StreamKernelArgs::stage_load_threads = kThreads; lt in [0, kThreads)):
+// thread lt owns the stage's vectors lt, lt + kThreads, ...; it loads stage c + 1's into registers before it waits
+// for stage c's slot and stores stage c's, so a stage's loads are in flight while the slot is still being read.
+template <int kThreads>
+__device__ void loadStagesThroughRegisters(const StreamKernelArgs& args, const uint8_t* dram, uint8_t* ring,
+                                           int64_t stage_bytes, uint64_t* full, uint64_t* empty, int lt) {
+    constexpr int kVectors = static_cast<int>(kLoaderStageBytes / 16);
+    constexpr int kPerThread = (kVectors + kThreads - 1) / kThreads;
+    uint4 next[kPerThread];
+    const ReadHint policy = dramHint(args);
+    auto load = [&](int64_t c) {
+        const uint8_t* src = dram + c * kLoaderStageBytes;
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) {
+            const int v = j * kThreads + lt;
+            if (v < kVectors) {
+                next[j] = loadStreaming(src + v * 16, policy);
+            }
+        }
+    };
+    load(0);
+    for (int64_t c = 0; c < args.tma_stages; ++c) {
+        uint4 current[kPerThread];
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) {
+            current[j] = next[j];
+        }
+        if (c + 1 < args.tma_stages) {
+            load(c + 1);
+        }
+        const int s = static_cast<int>(c % args.stages);
+        if (c >= args.stages) {
+            sm90::mbarWait(&empty[s], static_cast<uint32_t>((c / args.stages) & 1) ^ 1);
+        }
+        const uint32_t dst = sm90::smemAddr(ring + s * stage_bytes);
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) {
+            const int v = j * kThreads + lt;
+            if (v < kVectors) {
+                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dst + swizzled(v * 16)),
+                             "r"(current[j].x), "r"(current[j].y), "r"(current[j].z), "r"(current[j].w)
+                             : "memory");
+            }
+        }
+        sm90::fenceProxyAsyncShared();  // the stage's reader (wgmma in the GEMMs) is the async proxy
+        sm90::mbarArrive(&full[s]);
+    }
+}
+
+// The same by cp.async: stage c's copies are issued as its slot frees and arrive on full[s] when they land.
+template <int kThreads>
+__device__ void loadStagesByCpAsync(const StreamKernelArgs& args, const uint8_t* dram, uint8_t* ring,
+                                    int64_t stage_bytes, uint64_t* full, uint64_t* empty, int lt) {
+    constexpr int kVectors = static_cast<int>(kLoaderStageBytes / 16);
+    const ReadHint policy = dramHint(args);
+    for (int64_t c = 0; c < args.tma_stages; ++c) {
+        const int s = static_cast<int>(c % args.stages);
+        if (c >= args.stages) {
+            sm90::mbarWait(&empty[s], static_cast<uint32_t>((c / args.stages) & 1) ^ 1);
+        }
+        const uint32_t dst = sm90::smemAddr(ring + s * stage_bytes);
+        const uint8_t* src = dram + c * kLoaderStageBytes;
+#pragma unroll 4
+        for (int v = lt; v < kVectors; v += kThreads) {
+            copy16(dst + swizzled(v * 16), src + v * 16, policy);
+        }
+        sm90::cpAsyncArriveNoinc(&full[s]);
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
 // Waits until *word (shared memory, written by another warp of the CTA) reaches `target`. Bounded like the mbarrier
@@ -53,7 +172,7 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
         *taken = 0;
         *load_progress = 0;
         for (int s = 0; s < args.stages; ++s) {
-            sm90::mbarInit(&full[s], 1 + (args.cp_stage_bytes > 0 ? args.cp_threads : 0));
+            sm90::mbarInit(&full[s], 1 + (args.cp_stage_bytes > 0 ? args.cp_threads : 0) + args.stage_load_threads);
             sm90::mbarInit(&empty[s], 1);
         }
         sm90::fenceBarrierInit();
@@ -69,6 +188,8 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
     const uint8_t* l2 = args.l2 + cta * args.l2_bytes;
     const int64_t l2_pieces = args.l2_stage_bytes > 0 ? args.l2_bytes / args.l2_stage_bytes : 0;
     if (tid == 0 && args.tma_stages > 0) {
+        const ReadHint dram_policy = dramHint(args);
+        const ReadHint l2_policy = l2Hint(args);
         for (int64_t c = 0; c < args.tma_stages; ++c) {
             const int s = static_cast<int>(c % args.stages);
             if (c >= args.stages) {
@@ -78,14 +199,23 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
                 waitSharedAtLeast(load_progress, 2 * (c + 1) * stage_bytes);
             }
             uint8_t* dst = ring + s * stage_bytes;
-            sm90::mbarArriveExpectTx(&full[s], static_cast<uint32_t>(args.dram_stage_bytes + args.l2_stage_bytes));
-            if (args.dram_stage_bytes > 0) {
-                sm90::bulkLoad(dst, dram + c * args.dram_stage_bytes, static_cast<uint32_t>(args.dram_stage_bytes),
-                               &full[s]);
+            const int64_t tma_bytes = (args.stage_load_threads > 0 ? 0 : args.dram_stage_bytes) + args.l2_stage_bytes;
+            sm90::mbarArriveExpectTx(&full[s], static_cast<uint32_t>(tma_bytes));
+            if (args.dram_stage_bytes > 0 && args.stage_load_threads == 0) {
+                if (args.dram_pieces <= 1) {
+                    bulk(dst, dram + c * args.dram_stage_bytes, args.dram_stage_bytes, &full[s], dram_policy);
+                } else {
+                    const int64_t piece = args.dram_stage_bytes / args.dram_pieces;
+                    const uint8_t* item = dram + (c / kStreamItemStages) * kStreamItemStages * args.dram_stage_bytes;
+                    for (int p = 0; p < args.dram_pieces; ++p) {
+                        bulk(dst + p * piece, item + (p * kStreamItemStages + c % kStreamItemStages) * piece, piece,
+                             &full[s], dram_policy);
+                    }
+                }
             }
             if (args.l2_stage_bytes > 0) {
-                sm90::bulkLoad(dst + args.dram_stage_bytes, l2 + (c % l2_pieces) * args.l2_stage_bytes,
-                               static_cast<uint32_t>(args.l2_stage_bytes), &full[s]);
+                bulk(dst + args.dram_stage_bytes, l2 + (c % l2_pieces) * args.l2_stage_bytes, args.l2_stage_bytes,
+                     &full[s], l2_policy);
             }
         }
     } else if (tid == 32 && args.tma_stages > 0) {
@@ -96,12 +226,26 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
             *taken = c + 1;
         }
         stamps[1] = sm90::globalTimer();
+    } else if (args.stage_load_threads > 0 && tid >= 256 - args.stage_load_threads) {
+        const int lt = tid - (256 - args.stage_load_threads);
+        if (args.stage_load_threads == 128) {
+            if (args.stage_load_cp_async) {
+                loadStagesByCpAsync<128>(args, dram, ring, stage_bytes, full, empty, lt);
+            } else {
+                loadStagesThroughRegisters<128>(args, dram, ring, stage_bytes, full, empty, lt);
+            }
+        } else if (args.stage_load_cp_async) {
+            loadStagesByCpAsync<96>(args, dram, ring, stage_bytes, full, empty, lt);
+        } else {
+            loadStagesThroughRegisters<96>(args, dram, ring, stage_bytes, full, empty, lt);
+        }
     } else if (tid >= 128 && tid < 128 + args.cp_threads && args.cp_stage_bytes > 0) {
         // Part of every stage by cp.async from the L2 buffer, issued as the slot frees, the stage full only when
         // these copies have landed too (as the expert GEMMs' token rows would come beside their TMA weights).
         const int lt = tid - 128;
         const int64_t pieces = args.l2_bytes / args.cp_stage_bytes;
         const int vectors = static_cast<int>(args.cp_stage_bytes / (args.cp_threads * 16));
+        const ReadHint policy = l2Hint(args);
         for (int64_t c = 0; c < args.tma_stages; ++c) {
             const int s = static_cast<int>(c % args.stages);
             if (c >= args.stages) {
@@ -111,7 +255,7 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
             const uint8_t* src = l2 + (c % pieces) * args.cp_stage_bytes;
             for (int j = 0; j < vectors; ++j) {
                 const int64_t off = (static_cast<int64_t>(j) * args.cp_threads + lt) * 16;
-                sm90::cpAsync16(dst + static_cast<uint32_t>(off), src + off, true);
+                copy16(dst + static_cast<uint32_t>(off), src + off, policy);
             }
             sm90::cpAsyncArriveNoinc(&full[s]);
         }
@@ -121,6 +265,7 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
         const int lt = tid - 128;
         const int64_t pieces = args.l2_bytes / args.lsu_l2_stage_bytes;
         const int vectors = static_cast<int>(args.lsu_l2_stage_bytes / (kLoadThreads * 16));
+        const ReadHint policy = l2Hint(args);
         uint32_t fold = 0;
         // cp.async variant: into a scratch area past the ring (two stages of it, alternately), waited for per stage.
         const uint32_t scratch = sm90::smemAddr(ring) + static_cast<uint32_t>(args.stages * stage_bytes) + 1024;
@@ -131,14 +276,14 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
                 const uint32_t dst = scratch + static_cast<uint32_t>((c & 1) * args.lsu_l2_stage_bytes) + lt * 16;
 #pragma unroll 8
                 for (int j = 0; j < vectors; ++j) {
-                    sm90::cpAsync16(dst + j * kLoadThreads * 16, src + j * kLoadThreads * 16, true);
+                    copy16(dst + j * kLoadThreads * 16, src + j * kLoadThreads * 16, policy);
                 }
                 asm volatile("cp.async.wait_all;" ::: "memory");
                 continue;
             }
 #pragma unroll 8
             for (int j = 0; j < vectors; ++j) {
-                const uint4 v = loadStreaming(src + j * kLoadThreads * 16);
+                const uint4 v = loadStreaming(src + j * kLoadThreads * 16, policy);
                 fold ^= v.x ^ v.y ^ v.z ^ v.w;
             }
         }
@@ -154,12 +299,13 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
         const int lt = tid - 128;
         const uint8_t* base = dram + args.lsu_offset;
         constexpr int64_t kStep = static_cast<int64_t>(kLoadThreads) * kLoads * 16;
+        const ReadHint policy = dramHint(args);
         uint32_t fold = 0;
         for (int64_t off = 0; off < args.lsu_bytes; off += kStep) {
             uint4 v[kLoads];
 #pragma unroll
             for (int j = 0; j < kLoads; ++j) {
-                v[j] = loadStreaming(base + off + (j * kLoadThreads + lt) * 16);
+                v[j] = loadStreaming(base + off + (j * kLoadThreads + lt) * 16, policy);
             }
 #pragma unroll
             for (int j = 0; j < kLoads; ++j) {
