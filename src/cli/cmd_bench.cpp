@@ -102,7 +102,7 @@ int runBenchMoe(BenchMoeFlags& flags) {
     flags.options.gate_up_prefetch = !flags.no_gate_up_prefetch;
     flags.options.slot_gather = !flags.token_gather;
     flags.options.down_per_expert = !flags.down_after_gate_up;
-    flags.options.shared_weights_evict_normal = !flags.evict_first_weights;
+    flags.options.shared_weights_in_l2 = !flags.evict_first_weights;
     return runBenchBody("bench moe", [&] {
         const auto result = kernels::cuda::runMoeBench(flags.options);
         printTable(result);

@@ -100,11 +100,11 @@ struct MoeCudaOptions {
     bool slot_gather = true;
     // Tile shapes over 128 tokens (wide256, wide288 and their pair) and tall128, when each weight tile is read about
     // once on average: the items of an expert with several token tiles (a hot expert under skewed routing, or about
-    // half the experts at T K / E just over one tile) still copy its weights with evict_normal, so that its other
-    // tiles' items, taken at about the same time, find them in L2 (false: evict_first for every item). tall128 with
-    // it: T = 2048 uniform 4 % faster, T = 1024 zipf about 1 % (docs/cuda-moe-notes.md v18). wide128 keeps evict_first
-    // (T = 1024 with zipf routing measured 1 % slower with the per-item policy, v11).
-    bool shared_weights_evict_normal = true;
+    // half the experts at T K / E just over one tile) copy its weights with evict_last instead of evict_first, so that
+    // its other tiles' items, taken at about the same time, find them in L2 (false: evict_first for every item).
+    // tall128 with it: T = 2048 uniform 4 % faster, T = 1024 zipf about 3 % (docs/cuda-moe-notes.md v18, v20). wide128
+    // keeps evict_first (T = 1024 with zipf routing measured 1 % slower with the per-item policy, v11).
+    bool shared_weights_in_l2 = true;
     // Token-TMA shapes (no CTA pairs, no fused combine), up to 128 routing entries per expert (the memory-bound
     // batches; beyond, it measured 2-5 % slower): each down item waits only until every gate-up item of its expert has
     // stored its h rows, not for the whole gate-up kernel, so the down CTAs that take the SMs of finished gate-up CTAs
@@ -141,9 +141,10 @@ MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions
 
 // The expert weights of one layer in the layout the grouped GEMMs stream (MoeParams::w13 and w2 of every function
 // below): blocks of 64 weight rows x 64 reduction columns, each block 8 KB of contiguous memory, the blocks of one
-// weight-row unit k-block after k-block (moe_pack_weights.cu has the index map). Row-major weights put each 128-byte
-// row of a block at its own address, and streamed about 1 % slower at T = 1024 and 4096 (docs/cuda-moe-notes.md,
-// v16). Sizes in bytes of the packed w13 and w2 (w2 pads the reduction length I up to a multiple of 64 with zeros).
+// k-block unit after unit, so that a grouped GEMM stage is one run of memory (moe_pack_weights.cu has the index map).
+// Row-major weights put each 128-byte row of a block at its own address, and streamed about 1 % slower at T = 1024 and
+// 4096 (docs/cuda-moe-notes.md, v16); a stage in four 8 KB runs was 1-3 % slower at T = 1 ... 256 (v20). Sizes in bytes
+// of the packed w13 and w2 (w2 pads the reduction length I up to a multiple of 64 with zeros).
 struct MoePackedWeightBytes {
     size_t w13 = 0;
     size_t w2 = 0;

@@ -273,7 +273,7 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 options.gate_up_prefetch = o.gate_up_prefetch;
                 options.slot_gather = o.slot_gather;
                 options.down_per_expert = o.down_per_expert;
-                options.shared_weights_evict_normal = o.shared_weights_evict_normal;
+                options.shared_weights_in_l2 = o.shared_weights_in_l2;
                 MoeBenchRow row;
                 row.tokens = tokens;
                 row.routing = kind;

@@ -37,7 +37,7 @@ struct MoeBenchOptions {
     bool gate_up_prefetch = MoeCudaOptions{}.gate_up_prefetch;           // MoeCudaOptions::gate_up_prefetch
     bool slot_gather = MoeCudaOptions{}.slot_gather;                     // MoeCudaOptions::slot_gather
     bool down_per_expert = MoeCudaOptions{}.down_per_expert;             // MoeCudaOptions::down_per_expert
-    bool shared_weights_evict_normal = MoeCudaOptions{}.shared_weights_evict_normal;  // the MoeCudaOptions field
+    bool shared_weights_in_l2 = MoeCudaOptions{}.shared_weights_in_l2;   // MoeCudaOptions::shared_weights_in_l2
     // Also run each point once more with MoeCudaOptions::trace and summarise when the GEMM kernels' CTAs reach each
     // MoeTraceEvent (MoeBenchRow::timeline).
     bool timeline = false;

@@ -158,17 +158,17 @@ CUtensorMap matrixTensorMap(const void* base, int64_t rows, int64_t cols, uint32
     return map;
 }
 
-// The 5-D view (k, row, k-block, 64-row unit, expert) of packed weights (moePackWeightsCuda) whose box
-// {64, 64, 1, units, 1} lands an item's `units` blocks of 64 rows for one k-block, each block 8 KB of contiguous
-// memory: shared-memory row 64 u + r is weight row r of the item's u-th unit (moe_gemm_producer.cuh).
+// The 5-D view (k, row, 64-row unit, k-block, expert) of packed weights (moePackWeightsCuda) whose box
+// {64, 64, units, 1, 1} lands an item's `units` blocks of 64 rows for one k-block, one run of contiguous memory:
+// shared-memory row 64 u + r is weight row r of the item's u-th unit (moe_gemm_producer.cuh).
 CUtensorMap packedWeightMap(const core::Bf16* base, int64_t experts, int64_t units, int64_t k_blocks,
                             uint32_t box_units) {
     const cuuint64_t block = 64 * 64 * 2;
-    const cuuint64_t dims[5] = {64, 64, static_cast<cuuint64_t>(k_blocks), static_cast<cuuint64_t>(units),
+    const cuuint64_t dims[5] = {64, 64, static_cast<cuuint64_t>(units), static_cast<cuuint64_t>(k_blocks),
                                 static_cast<cuuint64_t>(experts)};
-    const cuuint64_t strides[4] = {128, block, static_cast<cuuint64_t>(k_blocks) * block,
+    const cuuint64_t strides[4] = {128, block, static_cast<cuuint64_t>(units) * block,
                                    static_cast<cuuint64_t>(units * k_blocks) * block};
-    const cuuint32_t box[5] = {64, 64, 1, box_units, 1};
+    const cuuint32_t box[5] = {64, 64, box_units, 1, 1};
     CUresult result;
     const CUtensorMap map = encodeTensorMap(base, 5, dims, strides, box, &result, MapOf::kWeights);
     AFD_CHECK(result == CUDA_SUCCESS,
@@ -289,9 +289,9 @@ GroupedGemmArgs commonArgs(const MoeParams& params, const Resolved& r, const Moe
     args.weights_read_once =
         params.num_tokens * params.top_k <= params.num_experts * static_cast<int64_t>(r.shape.block_tokens) ? 1 : 0;
     // Every shape but those of one 64-row block per consumer and at most 128 tokens (the small ones, wide128 and its
-    // pair), whose batches are memory-bound (MoeCudaOptions::shared_weights_evict_normal).
+    // pair), whose batches are memory-bound (MoeCudaOptions::shared_weights_in_l2).
     args.weights_shared_per_item =
-        options.shared_weights_evict_normal && (r.shape.block_tokens > 128 || r.shape.m_blocks > 1) ? 1 : 0;
+        options.shared_weights_in_l2 && (r.shape.block_tokens > 128 || r.shape.m_blocks > 1) ? 1 : 0;
     args.top_k = static_cast<int>(params.top_k);
     const bool few_entries = params.num_tokens * params.top_k <=
                              static_cast<int64_t>(options.early_release_entries_per_expert) * params.num_experts;

@@ -56,9 +56,9 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
         if constexpr (kDiagSkipWeights) {
             return;
         }
-        // box {64 k, 64 rows, 1 k-block, kBlocks units of 64 rows, 1 expert}: kBlocks blocks of 8 contiguous KB
-        // (moe_pack_weights.cu: gate-up units interleave gate and up rows by 8)
-        sm90::tmaLoad5d(a, tmap, bar, 0, 0, kb, item.n_tile * L::kBlocks, item.expert, policy);
+        // box {64 k, 64 rows, kBlocks units of 64 rows, 1 k-block, 1 expert}: kBlocks blocks of 8 KB, one run of
+        // contiguous memory (moe_pack_weights.cu: gate-up units interleave gate and up rows by 8)
+        sm90::tmaLoad5d(a, tmap, bar, 0, 0, item.n_tile * L::kBlocks, kb, item.expert, policy);
     }
 
     // kTmaTokens: the item's token rows [slot_base, slot_base + npad) of b_src in tokenBoxes(npad) boxes (rows

@@ -45,7 +45,7 @@ struct GroupedGemmArgs {
     // stream through L2 with evict_first; 0: several token tiles re-read each weight tile, evict normally.
     int weights_read_once = 1;
     // With weights_read_once: 1 = the items of an expert with several token tiles still copy its weights with
-    // evict_normal (MoeCudaOptions::shared_weights_evict_normal).
+    // evict_last (MoeCudaOptions::shared_weights_in_l2).
     int weights_shared_per_item = 0;
     // 1: each consumer releases a stage as soon as its wgmma retire (MoeCudaOptions::early_stage_release);
     // 0: after the next stage's wgmma are issued.

@@ -1,11 +1,17 @@
 // The expert weights in the CUDA layer's packed layout (moe_cuda.h, moePackWeightsCuda): every 64-row x 64-column
-// block that one TMA box of a grouped GEMM stage reads is 8 KB of contiguous memory, where the row-major matrices hold
-// it as 64 pieces of 128 bytes, each in its own weight row (4 KB apart in w13).
+// block is 8 KB of contiguous memory (the row-major matrices hold it as 64 pieces of 128 bytes, each in its own weight
+// row, 4 KB apart in w13), and the blocks of one k-block follow each other unit after unit, so that the stage of a
+// grouped GEMM item (its consecutive units at one k-block: 4 blocks in tall128) is one run of contiguous memory.
 //
-//   w13 packed [E][I / 32 units][ceil(H / 64) k-blocks][64 rows][64]: row r of unit u is gate (r / 8 odd: up) row
+//   w13 packed [E][ceil(H / 64) k-blocks][I / 32 units][64 rows][64]: row r of unit u is gate (r / 8 odd: up) row
 //       u * 32 + (r / 16) * 8 + r % 8 of the expert, the 8-row interleave the gate-up consumers' SwiGLU pairs.
-//   w2 packed  [E][H / 64 units][ceil(I / 64) k-blocks][64 rows][64]: row r of unit u is hidden row u * 64 + r.
+//   w2 packed  [E][ceil(I / 64) k-blocks][H / 64 units][64 rows][64]: row r of unit u is hidden row u * 64 + r.
 // Columns past the reduction length are zero.
+//
+// Why one run per stage: one SM reads DRAM by TMA at 66 GB/s in 32 KiB copies but at 35 GB/s in four 8 KiB pieces
+// 256 KiB apart, the previous (unit-major) layout's stage (`afd bench stream --pieces 1,4`, 66 of 132 SMs; with all
+// 132 streaming, 4.70 against 4.64 TB/s); the layer with this layout: T = 1 3 % and T = 256 1-3 % faster
+// (docs/cuda-moe-notes.md, v20).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -20,7 +26,7 @@ constexpr int kBlockRows = 64;
 constexpr int kChunk = 8;  // bf16 values per 16-byte copy
 
 // One thread per 16-byte chunk of the packed matrix: `gate_up` selects w13's row interleave. src rows have `cols`
-// values (the reduction length); the packed matrix has units x k_blocks blocks per expert.
+// values (the reduction length); the packed matrix has k_blocks x units blocks per expert.
 __global__ void packWeightsKernel(const uint16_t* src, uint16_t* dst, int64_t experts, int64_t units, int64_t k_blocks,
                                   int64_t cols, int64_t inter, bool gate_up) {
     const int64_t chunks_per_block = kBlockRows * kBlockK / kChunk;
@@ -29,9 +35,9 @@ __global__ void packWeightsKernel(const uint16_t* src, uint16_t* dst, int64_t ex
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t chunk_in_row = i % (kBlockK / kChunk);
         const int64_t row = (i / (kBlockK / kChunk)) % kBlockRows;
-        const int64_t block = i / chunks_per_block;  // (expert, unit, k-block)
-        const int64_t kb = block % k_blocks;
-        const int64_t unit = (block / k_blocks) % units;
+        const int64_t block = i / chunks_per_block;  // (expert, k-block, unit)
+        const int64_t unit = block % units;
+        const int64_t kb = (block / units) % k_blocks;
         const int64_t expert = block / (k_blocks * units);
         int64_t src_row;
         if (gate_up) {
