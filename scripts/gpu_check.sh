@@ -9,7 +9,8 @@
 #                  start here, otherwise the script builds (build-gpu/)
 #   AFD_PHASES     which phases to run, default "tests bench sweep peers router ffn hf" ("router": `afd bench
 #                  router` and its torch peer, bench/peers/torch_router.py); "stream" adds `afd bench stream` (how
-#                  fast 8-132 SMs read DRAM by TMA or loads, and what L2 bytes read with or beside the stages cost it); "timeline" adds per-CTA step times
+#                  fast 8-132 SMs read DRAM by TMA or loads, what L2 bytes read with or beside the stages cost it, with and without the layer's L2
+#                  policies, and a stage in one run or four); "timeline" adds per-CTA step times
 #                  of the GEMM kernels at T = 1, 1024, 4096 (afd bench moe --timeline); "ncu" adds hardware counters of
 #                  the grouped GEMMs at T = AFD_NCU_TOKENS (default 1024) with AFD_NCU_ROUTING (default uniform) to
 #                  sass.txt (Nsight Compute, clocks left alone; the warp-state section includes the stalls on
@@ -165,10 +166,13 @@ if has_phase stream; then
     timeout 120 "$bin/afd" bench stream --sms 8,33,66,99,132 --stages 4 "${warm_args[@]}" --csv "$out/stream.csv" \
         >"$out/stream.log" 2>&1
     echo "bench stream (SM counts) exit $?"
-    timeout 120 "$bin/afd" bench stream --modes tma,tma+cp-stage,tma+lsu-l2,lsu+tma-l2 --sms 132 --stages 4 \
-        --stage-l2-kib 8,16 "${warm_args[@]}" --csv "$out/stream_l2.csv" >>"$out/stream.log" 2>&1
-    echo "bench stream (L2 bytes beside the weights) exit $?"
-    grep -E "^ *(tma|lsu)" "$out/stream.log" | tee -a "$afd_summary"
+    timeout 120 "$bin/afd" bench stream --modes tma,cp128,tma+lsu-l2,lsu+tma-l2 --sms 132 --stages 4 \
+        --stage-l2-kib 8,16 --policies none,layer "${warm_args[@]}" --csv "$out/stream_l2.csv" >>"$out/stream.log" 2>&1
+    echo "bench stream (L2 bytes beside the weights, without and with the layer's L2 policies) exit $?"
+    timeout 120 "$bin/afd" bench stream --modes tma --sms 66,132 --stages 4 --pieces 1,4 "${warm_args[@]}" \
+        --csv "$out/stream_pieces.csv" >>"$out/stream.log" 2>&1
+    echo "bench stream (a stage in one run or in four) exit $?"
+    grep -E "^ *(tma|lsu|cp|ld)" "$out/stream.log" | tee -a "$afd_summary"
 fi
 if has_phase ncu && command -v ncu >/dev/null; then
     stamp "ncu"
