@@ -132,8 +132,14 @@ enum MoeTraceEvent : int {
     kTraceRowsReady,     // gate-up: the producer found its first item's token rows complete (slot-order gather)
     kTraceGatherFirst,   // gate-up: the CTA's first gathering warp counted its first group of rows
     kTraceItems,         // items consumed (a count, not a time)
-    kMoeTraceSlots
+    // Then the CTA's first kMoeTraceLoggedItems items, kMoeTraceItemWords words each: when consumer warpgroup 0
+    // finished the item (its epilogue included), the item (expert | ntok << 16 | expert_tiles << 32), and the
+    // weight bytes it streamed.
+    kTraceItemLog,
 };
+inline constexpr int kMoeTraceLoggedItems = 16;
+inline constexpr int kMoeTraceItemWords = 3;
+inline constexpr int kMoeTraceSlots = kTraceItemLog + kMoeTraceLoggedItems * kMoeTraceItemWords;
 inline constexpr int kMoeTraceMaxCtas = 1024;
 
 // The tile configuration moeForwardCuda uses for these params and options (never kAuto).

@@ -270,6 +270,14 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                     }
                     break;
             }
+            if (wg == 0 && ctid == 0 && args.trace != nullptr && consumed <= kMoeTraceLoggedItems) {
+                const int word = kTraceItemLog + (consumed - 1) * kMoeTraceItemWords;
+                traceNow(args, word);
+                trace(args, word + 1,
+                      static_cast<uint64_t>(item.expert) | (static_cast<uint64_t>(item.ntok) << 16) |
+                          (static_cast<uint64_t>(item.expert_tiles) << 32));
+                trace(args, word + 2, static_cast<uint64_t>(k_blocks) * L::kABytes);
+            }
             if constexpr (kGateUp && kTmaTokens) {
                 if (args.h_ready != nullptr) {  // this item's h rows are stored
                     postItemDone<L::kItemSlots, L::kRebalanceRegs>(sh.done, posted++, item.expert, wg, ctid, 1 + wg);
