@@ -257,6 +257,9 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                         consumeItem<64>(args, sh, item, k_blocks, iter, wg, ctid);
                     }
                     break;
+                case 96:
+                    if constexpr (kBlockTokens == 128) consumeItem<96>(args, sh, item, k_blocks, iter, wg, ctid);
+                    break;
                 case 128:
                     if constexpr (kBlockTokens >= 128) consumeItem<128>(args, sh, item, k_blocks, iter, wg, ctid);
                     break;

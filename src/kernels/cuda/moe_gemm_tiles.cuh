@@ -160,11 +160,16 @@ inline constexpr int kWideStep = 32;
 template <int kBlockTokens>
 inline constexpr int kMinPaddedTokens = kBlockTokens > 256 ? kWideMinTokens : 8;
 
-// wgmma N for a tile of ntok tokens: the smallest of 8, 16, 32, 64, 128 that holds them (from kMinPaddedTokens);
-// above 128 (tiles over 256 tokens) the next multiple of kWideStep, which the consumer runs as a 128- or 256-column
-// instruction plus narrower ones (sm90::wgmmaColumns).
+// wgmma N for a tile of ntok tokens: the smallest of 8, 16, 32, 64, 128 that holds them (from kMinPaddedTokens),
+// and in 128-token tiles 96 for 65-96 tokens (one m64n96 instruction): tall128's items are MMA-bound at N = 128 under
+// the power cap (33 us per gate-up item, as long as a 1 MB weight stream), and T = 1024 uniform (64 +- 8 tokens per
+// expert) ran 3 % faster with it (docs/cuda-moe-notes.md v20); above 128 (tiles over 256 tokens) the next multiple of
+// kWideStep, which the consumer runs as a 128- or 256-column instruction plus narrower ones (sm90::wgmmaColumns).
 template <int kBlockTokens>
 __device__ __forceinline__ int paddedTokens(int ntok) {
+    if (kBlockTokens == 128 && ntok > 64 && ntok <= 96) {
+        return 96;
+    }
     if (kBlockTokens > 256 && ntok > 128) {
         return min(kBlockTokens, (ntok + kWideStep - 1) & ~(kWideStep - 1));
     }

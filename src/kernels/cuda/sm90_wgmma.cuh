@@ -73,6 +73,20 @@ struct Wgmma<64> {
 };
 
 template <>
+struct Wgmma<96> {
+    __device__ __forceinline__ static void mma(float (&d)[48], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "setp.ne.b32 p, %50, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+            "}, %48, %49, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+            : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    }
+};
+
+template <>
 struct Wgmma<128> {
     __device__ __forceinline__ static void mma(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
         asm volatile(
@@ -134,14 +148,16 @@ struct Wgmma<256> {
 };
 
 // Columns [kFirst, kFirst + kCols) of a 64 x N accumulator (N a multiple of 8 up to 256, not only the powers of two
-// above) by the widest instructions that fit, widest first: N = 144 runs n128 then n16. Each instruction's
-// fragment is the slice d[kFirst / 2, (kFirst + part) / 2) of the N-column fragment (same register order), and its
-// B operand starts kFirst K-major rows (128 bytes each, whole 8-row swizzle atoms) into the tile.
+// above) by the widest instructions that fit, widest first: N = 144 runs n128 then n16; N = 96 (the 128-token tiles'
+// items of 65-96 tokens) has an instruction of its own, the 96 columns left of a wider N still run n64 then n32. Each
+// instruction's fragment is the slice d[kFirst / 2, (kFirst + part) / 2) of the N-column fragment (same register
+// order), and its B operand starts kFirst K-major rows (128 bytes each, whole 8-row swizzle atoms) into the tile.
 template <int kCols, int kFirst = 0>
 __device__ __forceinline__ void wgmmaColumns(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    constexpr int kPart = kCols >= 256   ? 256
-                          : kCols >= 128 ? 128
-                          : kCols >= 64  ? 64
+    constexpr int kPart = kCols >= 256                   ? 256
+                          : kCols >= 128                 ? 128
+                          : kCols == 96 && kFirst == 0   ? 96
+                          : kCols >= 64                  ? 64
                           : kCols >= 32  ? 32
                           : kCols >= 16  ? 16
                                          : 8;
