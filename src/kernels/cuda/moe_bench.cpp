@@ -20,6 +20,7 @@
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/moe_grouped_gemm.h"
 #include "kernels/cuda/moe_stages.h"
+#include "kernels/cuda/moe_trace_summary.h"
 
 namespace afd::kernels::cuda {
 namespace {
@@ -107,118 +108,6 @@ struct Layer {
         fillRandom(x.get(), x.bytes() / 2, seed + 3, 1.0f, stream);
     }
 };
-
-const char* traceEventName(int event) {
-    static const char* const kNames[kTraceItemLog] = {"entry",      "setup",        "dependency", "first-load",
-                                                      "first-data", "last-mma",     "end",        "prod-done",
-                                                      "rows-ready", "gather-first", "items"};
-    return kNames[event];
-}
-
-// One line of the per-item summary: how many items, the median time each took on its SM (from the CTA's previous
-// item's end to its own), and the weight bytes it streamed over that time (GB/s per SM: median, p10, p90).
-std::string itemClassLine(const char* name, std::vector<double> us, std::vector<double> gbps) {
-    if (us.empty()) {
-        return "";
-    }
-    std::sort(us.begin(), us.end());
-    std::sort(gbps.begin(), gbps.end());
-    const size_t n = gbps.size();
-    return fmt::format("    {:<26} {:5} items, {:7.2f} us each, weights {:5.1f} GB/s per SM (p10 {:.1f}, p90 {:.1f})\n",
-                       name, us.size(), us[us.size() / 2], gbps[n / 2], gbps[n / 10], gbps[n * 9 / 10]);
-}
-
-// The per-item log of one kernel's CTAs (MoeTraceEvent kTraceItemLog), each CTA's first item left out (its time holds
-// the pipeline's fill): the items of experts with one token tile, whose weights stream from DRAM once, apart from
-// those of experts with several (their other tiles' items read the weights from L2).
-template <typename At>
-std::string summariseItems(At at) {
-    std::vector<double> once_us;
-    std::vector<double> once_gbps;
-    std::vector<double> shared_us;
-    std::vector<double> shared_gbps;
-    for (int cta = 0; cta < kMoeTraceMaxCtas; ++cta) {
-        if (at(cta, kTraceEntry) == 0) {
-            continue;
-        }
-        const int logged = static_cast<int>(std::min<uint64_t>(at(cta, kTraceItems), kMoeTraceLoggedItems));
-        for (int n = 1; n < logged; ++n) {
-            const int word = kTraceItemLog + n * kMoeTraceItemWords;
-            const uint64_t end = at(cta, word);
-            const uint64_t prev = at(cta, word - kMoeTraceItemWords);
-            if (end <= prev) {
-                continue;
-            }
-            const double ns = static_cast<double>(end - prev);
-            const bool shared = (at(cta, word + 1) >> 32) > 1;
-            (shared ? shared_us : once_us).push_back(ns * 1e-3);
-            (shared ? shared_gbps : once_gbps).push_back(static_cast<double>(at(cta, word + 2)) / ns);
-        }
-    }
-    return itemClassLine("items, expert of one tile", once_us, once_gbps) +
-           itemClassLine("items, expert of several", shared_us, shared_gbps);
-}
-
-// The traced run's stamps (MoeCudaOptions::trace, both kernels) as text: for each kernel the CTAs that ran and
-// their item counts, then each event's min / median / max over the CTAs that reached it, in us from the first
-// CTA entry of either kernel, then the per-item summary (summariseItems).
-std::string summariseTrace(const std::vector<uint64_t>& stamps, double layer_us) {
-    uint64_t t0 = ~uint64_t{0};
-    for (int k = 0; k < 2; ++k) {
-        for (int cta = 0; cta < kMoeTraceMaxCtas; ++cta) {
-            const uint64_t v = stamps[static_cast<size_t>((k * kMoeTraceMaxCtas + cta) * kMoeTraceSlots + kTraceEntry)];
-            if (v != 0) {
-                t0 = std::min(t0, v);
-            }
-        }
-    }
-    std::string text =
-        fmt::format("  timeline (traced replay {:.1f} us; us from the first CTA entry, min/median/max)\n", layer_us);
-    const char* const kernel_names[2] = {"gate-up", "down"};
-    for (int k = 0; k < 2; ++k) {
-        auto at = [&](int cta, int event) {
-            return stamps[static_cast<size_t>((k * kMoeTraceMaxCtas + cta) * kMoeTraceSlots + event)];
-        };
-        int ran = 0;
-        int with_items = 0;
-        uint64_t min_items = ~uint64_t{0};
-        uint64_t max_items = 0;
-        for (int cta = 0; cta < kMoeTraceMaxCtas; ++cta) {
-            if (at(cta, kTraceEntry) == 0) {
-                continue;
-            }
-            ++ran;
-            const uint64_t items = at(cta, kTraceItems);
-            if (items > 0) {
-                ++with_items;
-                min_items = std::min(min_items, items);
-                max_items = std::max(max_items, items);
-            }
-        }
-        if (ran == 0) {
-            continue;
-        }
-        text += fmt::format("  {:<8} {} CTAs, {} with items ({}..{} each)\n", kernel_names[k], ran, with_items,
-                            with_items > 0 ? min_items : 0, max_items);
-        for (int event = kTraceEntry; event < kTraceItems; ++event) {
-            std::vector<double> us;
-            for (int cta = 0; cta < kMoeTraceMaxCtas; ++cta) {
-                const uint64_t v = at(cta, event);
-                if (v != 0 && at(cta, kTraceEntry) != 0) {
-                    us.push_back(static_cast<double>(v - t0) * 1e-3);
-                }
-            }
-            if (us.empty()) {
-                continue;
-            }
-            std::sort(us.begin(), us.end());
-            text += fmt::format("    {:<11} {:8.2f} {:8.2f} {:8.2f}   ({} CTAs)\n", traceEventName(event), us.front(),
-                                us[us.size() / 2], us.back(), us.size());
-        }
-        text += summariseItems(at);
-    }
-    return text;
-}
 
 // The layer as the timed graphs run it: moeForwardCuda, or its stages without `omit` ("permute": its outputs are
 // those the untimed eager run left in the workspace for the same routing; "combine": out is not written), which
@@ -377,7 +266,7 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                     AFD_CUDA_CHECK(cudaEventElapsedTime(&ms, events[0], events[1]));
                     std::vector<uint64_t> stamps(trace.bytes() / 8);
                     AFD_CUDA_CHECK(cudaMemcpy(stamps.data(), trace.get(), trace.bytes(), cudaMemcpyDeviceToHost));
-                    row.timeline = summariseTrace(stamps, ms * 1e3);
+                    row.timeline = summariseMoeTrace(stamps, ms * 1e3);
                 }
                 if (o.stages) {
                     using StageFn = void (*)(const MoeParams&, void*, size_t, void*, const MoeCudaOptions&);
