@@ -3,7 +3,9 @@
 // SMs is the aggregate rate it reports, within the spread of the CTAs' end times, and a paced path keeps its pace.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "kernels/cuda/device_info.h"
@@ -32,37 +34,44 @@ void expectRefused(const StreamBenchOptions& o, const std::string& words) {
 }
 
 TEST(StreamBenchTest, RefusesBadOptionsBeforeTheDevice) {
-    StreamBenchOptions o = smallRun();
-    o.modes = {"tma", "dram"};
-    expectRefused(o, "unknown mode 'dram'");
-    o = smallRun();
-    o.stage_kib = 48;
-    expectRefused(o, "stage KiB 48 must divide 128");
-    o = smallRun();
-    o.stage_l2_kib = {3};
-    expectRefused(o, "stage L2 KiB 3 must be 0 or an even divisor");
-    o = smallRun();
-    o.modes = {"tma"};
-    o.stages = {5};
-    o.stage_l2_kib = {16};
-    expectRefused(o, "5 stages of 32 + 16 KiB exceed 200 KiB");
-    o = smallRun();
-    o.modes = {"tma+lsu-l2"};
-    o.stage_l2_kib = {0};
-    expectRefused(o, "needs stage L2 KiB > 0");
-    o = smallRun();
-    o.modes = {"ld128"};
-    o.stage_kib = 16;
-    expectRefused(o, "mode ld128 fills stages of 32 KiB from DRAM (stage KiB 16)");
-    o = smallRun();
-    o.pieces = {3};
-    expectRefused(o, "pieces 3 must be >= 1 and divide a stage of 32 KiB");
-    o = smallRun();
-    o.bytes_per_path = 1000;
-    expectRefused(o, "bytes per path 1000 must be a positive multiple");
-    o = smallRun();
-    o.sms = {};
-    expectRefused(o, "need at least one value");
+    struct BadOptions {
+        std::function<void(StreamBenchOptions&)> change;  // applied to smallRun()
+        std::string words;                                // what the error says
+    };
+    const std::vector<BadOptions> cases = {
+        {[](StreamBenchOptions& o) {
+             o.modes = {"tma", "dram"};
+         },
+         "unknown mode 'dram'"},
+        {[](StreamBenchOptions& o) { o.stage_kib = 48; }, "stage KiB 48 must divide 128"},
+        {[](StreamBenchOptions& o) { o.stage_l2_kib = {3}; }, "stage L2 KiB 3 must be 0 or an even divisor"},
+        {[](StreamBenchOptions& o) {
+             o.modes = {"tma"};
+             o.stages = {5};
+             o.stage_l2_kib = {16};
+         },
+         "5 stages of 32 + 16 KiB exceed 200 KiB"},
+        {[](StreamBenchOptions& o) {
+             o.modes = {"tma+lsu-l2"};
+             o.stage_l2_kib = {0};
+         },
+         "needs stage L2 KiB > 0"},
+        {[](StreamBenchOptions& o) {
+             o.modes = {"ld128"};
+             o.stage_kib = 16;
+         },
+         "mode ld128 fills stages of 32 KiB from DRAM (stage KiB 16)"},
+        {[](StreamBenchOptions& o) { o.pieces = {3}; }, "pieces 3 must be >= 1 and divide a stage of 32 KiB"},
+        {[](StreamBenchOptions& o) { o.policies = {"lru"}; }, "unknown policy 'lru' (none, normal, first or layer)"},
+        {[](StreamBenchOptions& o) { o.bytes_per_path = 1000; }, "bytes per path 1000 must be a positive multiple"},
+        {[](StreamBenchOptions& o) { o.sms = {}; }, "need at least one value"},
+    };
+    for (const BadOptions& c : cases) {
+        SCOPED_TRACE(c.words);
+        StreamBenchOptions o = smallRun();
+        c.change(o);
+        expectRefused(o, c.words);
+    }
 }
 
 TEST(StreamBenchTest, ReportsConsistentRatesOnTheDevice) {
