@@ -85,14 +85,14 @@ __device__ void loadStagesThroughRegisters(const StreamKernelArgs& args, const u
     constexpr int kVectors = static_cast<int>(kLoaderStageBytes / 16);
     constexpr int kPerThread = (kVectors + kThreads - 1) / kThreads;
     uint4 next[kPerThread];
-    const ReadHint policy = dramHint(args);
+    const ReadHint hint = dramHint(args);
     auto load = [&](int64_t c) {
         const uint8_t* src = dram + c * kLoaderStageBytes;
 #pragma unroll
         for (int j = 0; j < kPerThread; ++j) {
             const int v = j * kThreads + lt;
             if (v < kVectors) {
-                next[j] = loadStreaming(src + v * 16, policy);
+                next[j] = loadStreaming(src + v * 16, hint);
             }
         }
     };
@@ -130,7 +130,7 @@ template <int kThreads>
 __device__ void loadStagesByCpAsync(const StreamKernelArgs& args, const uint8_t* dram, uint8_t* ring,
                                     int64_t stage_bytes, uint64_t* full, uint64_t* empty, int lt) {
     constexpr int kVectors = static_cast<int>(kLoaderStageBytes / 16);
-    const ReadHint policy = dramHint(args);
+    const ReadHint hint = dramHint(args);
     for (int64_t c = 0; c < args.tma_stages; ++c) {
         const int s = static_cast<int>(c % args.stages);
         if (c >= args.stages) {
@@ -140,7 +140,7 @@ __device__ void loadStagesByCpAsync(const StreamKernelArgs& args, const uint8_t*
         const uint8_t* src = dram + c * kLoaderStageBytes;
 #pragma unroll 4
         for (int v = lt; v < kVectors; v += kThreads) {
-            copy16(dst + swizzled(v * 16), src + v * 16, policy);
+            copy16(dst + swizzled(v * 16), src + v * 16, hint);
         }
         sm90::cpAsyncArriveNoinc(&full[s]);
     }
@@ -188,8 +188,8 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
     const uint8_t* l2 = args.l2 + cta * args.l2_bytes;
     const int64_t l2_pieces = args.l2_stage_bytes > 0 ? args.l2_bytes / args.l2_stage_bytes : 0;
     if (tid == 0 && args.tma_stages > 0) {
-        const ReadHint dram_policy = dramHint(args);
-        const ReadHint l2_policy = l2Hint(args);
+        const ReadHint dram_hint = dramHint(args);
+        const ReadHint l2_hint = l2Hint(args);
         for (int64_t c = 0; c < args.tma_stages; ++c) {
             const int s = static_cast<int>(c % args.stages);
             if (c >= args.stages) {
@@ -203,19 +203,19 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
             sm90::mbarArriveExpectTx(&full[s], static_cast<uint32_t>(tma_bytes));
             if (args.dram_stage_bytes > 0 && args.stage_load_threads == 0) {
                 if (args.dram_pieces <= 1) {
-                    bulk(dst, dram + c * args.dram_stage_bytes, args.dram_stage_bytes, &full[s], dram_policy);
+                    bulk(dst, dram + c * args.dram_stage_bytes, args.dram_stage_bytes, &full[s], dram_hint);
                 } else {
                     const int64_t piece = args.dram_stage_bytes / args.dram_pieces;
                     const uint8_t* item = dram + (c / kStreamItemStages) * kStreamItemStages * args.dram_stage_bytes;
                     for (int p = 0; p < args.dram_pieces; ++p) {
                         bulk(dst + p * piece, item + (p * kStreamItemStages + c % kStreamItemStages) * piece, piece,
-                             &full[s], dram_policy);
+                             &full[s], dram_hint);
                     }
                 }
             }
             if (args.l2_stage_bytes > 0) {
                 bulk(dst + args.dram_stage_bytes, l2 + (c % l2_pieces) * args.l2_stage_bytes, args.l2_stage_bytes,
-                     &full[s], l2_policy);
+                     &full[s], l2_hint);
             }
         }
     } else if (tid == 32 && args.tma_stages > 0) {
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
         const int lt = tid - 128;
         const int64_t pieces = args.l2_bytes / args.cp_stage_bytes;
         const int vectors = static_cast<int>(args.cp_stage_bytes / (args.cp_threads * 16));
-        const ReadHint policy = l2Hint(args);
+        const ReadHint hint = l2Hint(args);
         for (int64_t c = 0; c < args.tma_stages; ++c) {
             const int s = static_cast<int>(c % args.stages);
             if (c >= args.stages) {
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
             const uint8_t* src = l2 + (c % pieces) * args.cp_stage_bytes;
             for (int j = 0; j < vectors; ++j) {
                 const int64_t off = (static_cast<int64_t>(j) * args.cp_threads + lt) * 16;
-                copy16(dst + static_cast<uint32_t>(off), src + off, policy);
+                copy16(dst + static_cast<uint32_t>(off), src + off, hint);
             }
             sm90::cpAsyncArriveNoinc(&full[s]);
         }
@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
         const int lt = tid - 128;
         const int64_t pieces = args.l2_bytes / args.lsu_l2_stage_bytes;
         const int vectors = static_cast<int>(args.lsu_l2_stage_bytes / (kLoadThreads * 16));
-        const ReadHint policy = l2Hint(args);
+        const ReadHint hint = l2Hint(args);
         uint32_t fold = 0;
         // cp.async variant: into a scratch area past the ring (two stages of it, alternately), waited for per stage.
         const uint32_t scratch = sm90::smemAddr(ring) + static_cast<uint32_t>(args.stages * stage_bytes) + 1024;
@@ -276,14 +276,14 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
                 const uint32_t dst = scratch + static_cast<uint32_t>((c & 1) * args.lsu_l2_stage_bytes) + lt * 16;
 #pragma unroll 8
                 for (int j = 0; j < vectors; ++j) {
-                    copy16(dst + j * kLoadThreads * 16, src + j * kLoadThreads * 16, policy);
+                    copy16(dst + j * kLoadThreads * 16, src + j * kLoadThreads * 16, hint);
                 }
                 asm volatile("cp.async.wait_all;" ::: "memory");
                 continue;
             }
 #pragma unroll 8
             for (int j = 0; j < vectors; ++j) {
-                const uint4 v = loadStreaming(src + j * kLoadThreads * 16, policy);
+                const uint4 v = loadStreaming(src + j * kLoadThreads * 16, hint);
                 fold ^= v.x ^ v.y ^ v.z ^ v.w;
             }
         }
@@ -299,13 +299,13 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
         const int lt = tid - 128;
         const uint8_t* base = dram + args.lsu_offset;
         constexpr int64_t kStep = static_cast<int64_t>(kLoadThreads) * kLoads * 16;
-        const ReadHint policy = dramHint(args);
+        const ReadHint hint = dramHint(args);
         uint32_t fold = 0;
         for (int64_t off = 0; off < args.lsu_bytes; off += kStep) {
             uint4 v[kLoads];
 #pragma unroll
             for (int j = 0; j < kLoads; ++j) {
-                v[j] = loadStreaming(base + off + (j * kLoadThreads + lt) * 16, policy);
+                v[j] = loadStreaming(base + off + (j * kLoadThreads + lt) * 16, hint);
             }
 #pragma unroll
             for (int j = 0; j < kLoads; ++j) {
