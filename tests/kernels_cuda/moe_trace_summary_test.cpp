@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "kernels/moe_cuda.h"
 
 namespace afd::kernels::cuda {
@@ -82,6 +83,16 @@ TEST(MoeTraceSummaryTest, SaysNothingOfItemsWithoutALog) {
     EXPECT_NE(text.find("down     1 CTAs, 0 with items (0..0 each)"), std::string::npos) << text;
     EXPECT_NE(lineWith(text, "last-mma").find("2.00     2.00     2.00   (1 CTAs)"), std::string::npos) << text;
     EXPECT_EQ(text.find("items,"), std::string::npos) << text;
+}
+
+TEST(MoeTraceSummaryTest, RefusesABufferOfAnotherSize) {
+    const std::vector<uint64_t> short_buffer(100, 0);
+    try {
+        summariseMoeTrace(short_buffer, 1.0);
+        FAIL() << "accepted 100 stamps";
+    } catch (const core::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("100 stamps, expected"), std::string::npos) << e.what();
+    }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "kernels/moe_cuda.h"
 
 namespace afd::kernels::cuda {
@@ -64,6 +65,9 @@ std::string summariseItems(At at) {
 }  // namespace
 
 std::string summariseMoeTrace(const std::vector<uint64_t>& stamps, double layer_us) {
+    const size_t expected = size_t{2} * kMoeTraceMaxCtas * kMoeTraceSlots;
+    AFD_CHECK(stamps.size() == expected, "MoE trace summary: {} stamps, expected {} (2 kernels x {} CTAs x {} slots)",
+              stamps.size(), expected, kMoeTraceMaxCtas, kMoeTraceSlots);
     uint64_t t0 = ~uint64_t{0};
     for (int k = 0; k < 2; ++k) {
         for (int cta = 0; cta < kMoeTraceMaxCtas; ++cta) {

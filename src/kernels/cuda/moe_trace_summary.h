@@ -13,7 +13,8 @@ namespace afd::kernels::cuda {
 // the CTAs that reached it, in us from the first CTA entry of either kernel; then, from the per-item log (each CTA's
 // first item left out: it holds the pipeline's fill), the items of experts with one token tile apart from those of
 // experts with several: how many, the median time an item took on its SM (from the CTA's previous item's end to its
-// own), and the weight bytes it streamed over that time, GB/s per SM (median, p10, p90).
+// own), and the weight bytes it streamed over that time, GB/s per SM (median, p10, p90). Throws core::Error when
+// stamps is not of that size.
 std::string summariseMoeTrace(const std::vector<uint64_t>& stamps, double layer_us);
 
 }  // namespace afd::kernels::cuda
