@@ -19,9 +19,10 @@
 #                  rank (its tests, then `afd launch --ffn-device cuda` on the HF fixture and on a 2-layer
 #                  Qwen3-30B-A3B-shaped model); "hf": scripts/hf_crosscheck.py (engine vs transformers)
 #                  "bounds" times diagnostic builds of afd (CMake AFD_MOE_DIAG_SKIP: the GEMM kernels skip their
-#                  token copies, MMAs and/or weight copies) beside the real one at T = 256, 1024, 4096, in turn, two
-#                  rounds: what each part of the work costs the layer (bounds.log); the builds come from AFD_DIAG_DIR
-#                  (afd_diag1, afd_diag2, afd_diag3, afd_diag4) or are made here (build-gpu-diag/)
+#                  token copies, MMAs, weight copies or output stores, or store into 128 rows) beside the real one at
+#                  T = 256, 1024, 4096, uniform and zipf, in turn, two rounds: what each part of the work costs the
+#                  layer (bounds.log); the builds come from AFD_DIAG_DIR (afd_diag1, 2, 3, 4, 8, 16) or are made here
+#                  (build-gpu-diag/)
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
 #   AFD_WARMUP_MS  device time of warm-up before each timed series, ours and the peers' (default: the benchmarks' own,
 #                  300 ms, the steady state under the power cap; 0: burst clocks)
@@ -111,7 +112,7 @@ if has_phase bounds; then
     if [ -z "$diag_dir" ]; then
         diag_dir="$root/build-gpu-diag/bin"
         mkdir -p "$diag_dir"
-        for mask in 1 2 3 4; do
+        for mask in 1 2 3 4 8 16; do
             cmake -S "$root" -B "$root/build-gpu-diag" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" \
                 -DAFD_CUDA=ON -DAFD_BUILD_TESTS=OFF -DAFD_BUILD_FUZZ=OFF -DAFD_BUILD_BENCH=OFF \
                 -DAFD_MOE_DIAG_SKIP="$mask" >>"$out/build.log" 2>&1 &&
@@ -120,9 +121,9 @@ if has_phase bounds; then
         done
     fi
     for round in 1 2; do
-        for b in "$bin/afd" "$diag_dir"/afd_diag1 "$diag_dir"/afd_diag2 "$diag_dir"/afd_diag3 "$diag_dir"/afd_diag4; do
+        for b in "$bin/afd" "$diag_dir"/afd_diag{1,2,3,4,8,16}; do
             [ -x "$b" ] || { echo "bounds: no $b"; continue; }
-            timeout 120 "$b" bench moe --tokens 256,1024,4096 --no-stages --reps 30 2>&1 |
+            timeout 120 "$b" bench moe --tokens 256,1024,4096 --routing uniform,zipf --no-stages --reps 30 2>&1 |
                 awk -v p="r$round $(basename "$b")" '$1 ~ /^[0-9]+$/ { print p, $0 } /DIAGNOSTIC/ && !seen++ { print p, $0 }'
         done
     done >"$out/bounds.log"

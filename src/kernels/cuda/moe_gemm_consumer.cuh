@@ -78,11 +78,12 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
             // NOTE: not unrolled: the kernels run from a smaller code footprint. Unrolled (nvcc's default here) the
             // wide288 kernels were 3 % slower at T = 4096 (docs/cuda-moe-notes.md, v11).
 #pragma unroll 1
-            for (int idx = ctid; idx < rows * kVecPerRow; idx += kWarpgroup) {
+            for (int idx = ctid; idx < (kDiagSkipStores ? 0 : rows * kVecPerRow); idx += kWarpgroup) {
                 const int r = idx / kVecPerRow;
                 const int v = idx - r * kVecPerRow;
                 const uint4 val = *reinterpret_cast<const uint4*>(stg + r * kStride + v * 8);
-                const int64_t slot = item.slot_base + ch * kChunk + r;
+                const int64_t slot = kDiagNarrowStores ? (item.slot_base + ch * kChunk + r) & 127
+                                                       : item.slot_base + ch * kChunk + r;
                 *reinterpret_cast<uint4*>(args.out + slot * args.out_ld + col0 + v * 8) = val;
             }
         }

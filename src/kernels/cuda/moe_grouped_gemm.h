@@ -20,6 +20,10 @@ namespace afd::kernels::cuda {
 inline constexpr bool kDiagSkipTokens = (AFD_MOE_DIAG_SKIP & 1) != 0;   // no token copies (TMA boxes, cp.async rows)
 inline constexpr bool kDiagSkipMma = (AFD_MOE_DIAG_SKIP & 2) != 0;      // no wgmma
 inline constexpr bool kDiagSkipWeights = (AFD_MOE_DIAG_SKIP & 4) != 0;  // no weight copies
+inline constexpr bool kDiagSkipStores = (AFD_MOE_DIAG_SKIP & 8) != 0;   // no epilogue stores of h, y
+// Every epilogue stores into the first 128 rows of h, y (the same stores as a real run, over a small L2 footprint;
+// CTAs race on the rows).
+inline constexpr bool kDiagNarrowStores = (AFD_MOE_DIAG_SKIP & 16) != 0;
 inline constexpr bool kDiagnosticBuild = AFD_MOE_DIAG_SKIP != 0;
 
 // Arguments of one grouped GEMM launch (device pointers; shapes in elements).
