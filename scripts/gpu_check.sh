@@ -22,7 +22,10 @@
 #                  token copies, MMAs, weight copies or output stores, or store into 128 rows) beside the real one at
 #                  T = 256, 1024, 4096, uniform and zipf, in turn, two rounds: what each part of the work costs the
 #                  layer (bounds.log); the builds come from AFD_DIAG_DIR (afd_diag1, 2, 3, 4, 8, 16) or are made here
-#                  (build-gpu-diag/)
+#                  (build-gpu-diag/). "l2" adds the L2 counters of the grouped GEMMs (read and write lookups hit and
+#                  missed, fills from DRAM, DRAM bytes, the stalls of the fabric between the L2 partitions) at T =
+#                  AFD_NCU_TOKENS, uniform and zipf, for the real build and the diagnostic build whose epilogues store
+#                  into 128 rows (afd_diag16, as above), to l2.txt
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
 #   AFD_WARMUP_MS  device time of warm-up before each timed series, ours and the peers' (default: the benchmarks' own,
 #                  300 ms, the steady state under the power cap; 0: burst clocks)
@@ -106,20 +109,27 @@ if has_phase timeline; then
         >"$out/timeline.log" 2>&1
     echo "timeline exit $?"
 fi
+# Diagnostic builds (CMake AFD_MOE_DIAG_SKIP = $1) as $diag_dir/afd_diag$1: taken from AFD_DIAG_DIR when it is set,
+# otherwise built here once per run (build-gpu-diag/).
+diag_dir="${AFD_DIAG_DIR:-$root/build-gpu-diag/bin}"
+diag_built=" "
+diag_build() {
+    if [ -n "${AFD_DIAG_DIR:-}" ] || [[ "$diag_built" == *" $1 "* ]]; then
+        return 0
+    fi
+    diag_built+="$1 "
+    mkdir -p "$diag_dir"
+    cmake -S "$root" -B "$root/build-gpu-diag" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" \
+        -DAFD_CUDA=ON -DAFD_BUILD_TESTS=OFF -DAFD_BUILD_FUZZ=OFF -DAFD_BUILD_BENCH=OFF \
+        -DAFD_MOE_DIAG_SKIP="$1" >>"$out/build.log" 2>&1 &&
+        timeout 420 ninja -C "$root/build-gpu-diag" afd >>"$out/build.log" 2>&1 &&
+        cp "$root/build-gpu-diag/src/afd" "$diag_dir/afd_diag$1"
+}
 if has_phase bounds; then
     stamp "bounds: diagnostic builds that skip parts of the GEMM kernels' work"
-    diag_dir="${AFD_DIAG_DIR:-}"
-    if [ -z "$diag_dir" ]; then
-        diag_dir="$root/build-gpu-diag/bin"
-        mkdir -p "$diag_dir"
-        for mask in 1 2 3 4 8 16; do
-            cmake -S "$root" -B "$root/build-gpu-diag" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" \
-                -DAFD_CUDA=ON -DAFD_BUILD_TESTS=OFF -DAFD_BUILD_FUZZ=OFF -DAFD_BUILD_BENCH=OFF \
-                -DAFD_MOE_DIAG_SKIP="$mask" >>"$out/build.log" 2>&1 &&
-                timeout 420 ninja -C "$root/build-gpu-diag" afd >>"$out/build.log" 2>&1 &&
-                cp "$root/build-gpu-diag/src/afd" "$diag_dir/afd_diag$mask"
-        done
-    fi
+    for mask in 1 2 3 4 8 16; do
+        diag_build "$mask"
+    done
     for round in 1 2; do
         for b in "$bin/afd" "$diag_dir"/afd_diag{1,2,3,4,8,16}; do
             [ -x "$b" ] || { echo "bounds: no $b"; continue; }
@@ -129,6 +139,28 @@ if has_phase bounds; then
     done >"$out/bounds.log"
     echo "bounds exit $?"
     cat "$out/bounds.log"
+fi
+if has_phase l2 && command -v ncu >/dev/null; then
+    stamp "l2: L2 counters of the grouped GEMMs, the real build and the one whose epilogues store into 128 rows"
+    diag_build 16
+    l2_metrics="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct"
+    for m in op_read_lookup_hit op_read_lookup_miss op_write_lookup_hit op_write_lookup_miss; do
+        l2_metrics+=",lts__t_sectors_aperture_device_$m.sum"
+    done
+    l2_metrics+=",lts__d_sectors_fill_device.sum,lts__ltcfabric2lts_cycles_stalled.sum"
+    for b in "$bin/afd" "$diag_dir/afd_diag16"; do
+        for routing in uniform zipf; do
+            [ -x "$b" ] || { echo "l2: no $b"; continue; }
+            echo "== $(basename "$b") T=${AFD_NCU_TOKENS:-1024} $routing"
+            # the gate-up and down kernels of one layer after the warm-up's launches
+            timeout 150 ncu --clock-control none --graph-profiling node --kernel-name regex:groupedGemm \
+                --launch-skip 40 --launch-count 2 --metrics "$l2_metrics" "$b" bench moe \
+                --tokens "${AFD_NCU_TOKENS:-1024}" --routing "$routing" --reps 10 --no-stages 2>&1 |
+                grep -E "groupedGemm|^ +[a-z_0-9]+__|ERR"
+        done
+    done >"$out/l2.txt"
+    echo "l2 exit $?"
+    cat "$out/l2.txt"
 fi
 if has_phase peers; then
     peer_reps=$((reps / 2))
