@@ -19,13 +19,13 @@
 #                  rank (its tests, then `afd launch --ffn-device cuda` on the HF fixture and on a 2-layer
 #                  Qwen3-30B-A3B-shaped model); "hf": scripts/hf_crosscheck.py (engine vs transformers)
 #                  "bounds" times diagnostic builds of afd (CMake AFD_MOE_DIAG_SKIP: the GEMM kernels skip their
-#                  token copies, MMAs, weight copies or output stores, or store into 128 rows) beside the real one at
+#                  token copies, MMAs, weight copies or output stores, or store h or y into 128 rows) beside the real one at
 #                  T = 256, 1024, 4096, uniform and zipf, in turn, two rounds: what each part of the work costs the
-#                  layer (bounds.log); the builds come from AFD_DIAG_DIR (afd_diag1, 2, 3, 4, 8, 16) or are made here
+#                  layer (bounds.log); the builds come from AFD_DIAG_DIR (afd_diag1, 2, 3, 4, 8, 16, 32, 48) or are made here
 #                  (build-gpu-diag/). "l2" adds the L2 counters of the grouped GEMMs (read and write lookups hit and
 #                  missed, fills from DRAM, DRAM bytes, the stalls of the fabric between the L2 partitions) at T =
 #                  AFD_NCU_TOKENS, uniform and zipf, for the real build and the diagnostic build whose epilogues store
-#                  into 128 rows (afd_diag16, as above), to l2.txt
+#                  h and y into 128 rows (afd_diag48, as above), to l2.txt
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
 #   AFD_WARMUP_MS  device time of warm-up before each timed series, ours and the peers' (default: the benchmarks' own,
 #                  300 ms, the steady state under the power cap; 0: burst clocks)
@@ -127,11 +127,11 @@ diag_build() {
 }
 if has_phase bounds; then
     stamp "bounds: diagnostic builds that skip parts of the GEMM kernels' work"
-    for mask in 1 2 3 4 8 16; do
+    for mask in 1 2 3 4 8 16 32 48; do
         diag_build "$mask"
     done
     for round in 1 2; do
-        for b in "$bin/afd" "$diag_dir"/afd_diag{1,2,3,4,8,16}; do
+        for b in "$bin/afd" "$diag_dir"/afd_diag{1,2,3,4,8,16,32,48}; do
             [ -x "$b" ] || { echo "bounds: no $b"; continue; }
             timeout 120 "$b" bench moe --tokens 256,1024,4096 --routing uniform,zipf --no-stages --reps 30 2>&1 |
                 awk -v p="r$round $(basename "$b")" '$1 ~ /^[0-9]+$/ { print p, $0 } /DIAGNOSTIC/ && !seen++ { print p, $0 }'
@@ -142,13 +142,13 @@ if has_phase bounds; then
 fi
 if has_phase l2 && command -v ncu >/dev/null; then
     stamp "l2: L2 counters of the grouped GEMMs, the real build and the one whose epilogues store into 128 rows"
-    diag_build 16
+    diag_build 48
     l2_metrics="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct"
     for m in op_read_lookup_hit op_read_lookup_miss op_write_lookup_hit op_write_lookup_miss; do
         l2_metrics+=",lts__t_sectors_aperture_device_$m.sum"
     done
     l2_metrics+=",lts__d_sectors_fill_device.sum,lts__ltcfabric2lts_cycles_stalled.sum"
-    for b in "$bin/afd" "$diag_dir/afd_diag16"; do
+    for b in "$bin/afd" "$diag_dir/afd_diag48"; do
         for routing in uniform zipf; do
             [ -x "$b" ] || { echo "l2: no $b"; continue; }
             echo "== $(basename "$b") T=${AFD_NCU_TOKENS:-1024} $routing"

@@ -82,8 +82,8 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                 const int r = idx / kVecPerRow;
                 const int v = idx - r * kVecPerRow;
                 const uint4 val = *reinterpret_cast<const uint4*>(stg + r * kStride + v * 8);
-                const int64_t slot = kDiagNarrowStores ? (item.slot_base + ch * kChunk + r) & 127
-                                                       : item.slot_base + ch * kChunk + r;
+                const int64_t slot = (kGateUp ? kDiagNarrowH : kDiagNarrowY) ? (item.slot_base + ch * kChunk + r) & 127
+                                                                             : item.slot_base + ch * kChunk + r;
                 *reinterpret_cast<uint4*>(args.out + slot * args.out_ld + col0 + v * 8) = val;
             }
         }

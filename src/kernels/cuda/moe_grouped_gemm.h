@@ -21,9 +21,10 @@ inline constexpr bool kDiagSkipTokens = (AFD_MOE_DIAG_SKIP & 1) != 0;   // no to
 inline constexpr bool kDiagSkipMma = (AFD_MOE_DIAG_SKIP & 2) != 0;      // no wgmma
 inline constexpr bool kDiagSkipWeights = (AFD_MOE_DIAG_SKIP & 4) != 0;  // no weight copies
 inline constexpr bool kDiagSkipStores = (AFD_MOE_DIAG_SKIP & 8) != 0;   // no epilogue stores of h, y
-// Every epilogue stores into the first 128 rows of h, y (the same stores as a real run, over a small L2 footprint;
-// CTAs race on the rows).
-inline constexpr bool kDiagNarrowStores = (AFD_MOE_DIAG_SKIP & 16) != 0;
+// The gate-up epilogues store h, the down epilogues y, into the first 128 rows only (the same stores as a real run,
+// over a small L2 footprint; CTAs race on the rows).
+inline constexpr bool kDiagNarrowH = (AFD_MOE_DIAG_SKIP & 16) != 0;
+inline constexpr bool kDiagNarrowY = (AFD_MOE_DIAG_SKIP & 32) != 0;
 inline constexpr bool kDiagnosticBuild = AFD_MOE_DIAG_SKIP != 0;
 
 // Arguments of one grouped GEMM launch (device pointers; shapes in elements).
