@@ -149,8 +149,8 @@ if has_phase l2 && command -v ncu >/dev/null; then
     done
     l2_metrics+=",lts__d_sectors_fill_device.sum,lts__ltcfabric2lts_cycles_stalled.sum"
     for b in "$bin/afd" "$diag_dir/afd_diag48"; do
+        [ -x "$b" ] || { echo "l2: no $b"; continue; }
         for routing in uniform zipf; do
-            [ -x "$b" ] || { echo "l2: no $b"; continue; }
             echo "== $(basename "$b") T=${AFD_NCU_TOKENS:-1024} $routing"
             # the gate-up and down kernels of one layer after the warm-up's launches
             timeout 150 ncu --clock-control none --graph-profiling node --kernel-name regex:groupedGemm \
