@@ -20,12 +20,13 @@
 #                  Qwen3-30B-A3B-shaped model); "hf": scripts/hf_crosscheck.py (engine vs transformers)
 #                  "bounds" times diagnostic builds of afd (CMake AFD_MOE_DIAG_SKIP: the GEMM kernels skip their
 #                  token copies, MMAs, weight copies or output stores, or store h or y into 128 rows) beside the real one at
-#                  T = 256, 1024, 4096, uniform and zipf, in turn, two rounds: what each part of the work costs the
-#                  layer (bounds.log); the builds come from AFD_DIAG_DIR (afd_diag1, 2, 3, 4, 8, 16, 32, 48) or are made here
+#                  T = AFD_BOUNDS_TOKENS (default 256,1024,4096), uniform and zipf, in turn, two rounds: what each
+#                  part of the work costs the layer (bounds.log); the masks are AFD_BOUNDS_MASKS (default
+#                  "1 2 3 4 8 16 32 48"), the builds come from AFD_DIAG_DIR (afd_diag<mask>) or are made here
 #                  (build-gpu-diag/). "l2" adds the L2 counters of the grouped GEMMs (read and write lookups hit and
 #                  missed, fills from DRAM, DRAM bytes, the stalls of the fabric between the L2 partitions) at T =
-#                  AFD_NCU_TOKENS, uniform and zipf, for the real build and the diagnostic build whose epilogues store
-#                  h and y into 128 rows (afd_diag48, as above), to l2.txt
+#                  AFD_NCU_TOKENS, uniform and zipf, for the real build and the diagnostic builds AFD_L2_MASKS
+#                  (default "8 16 32 48": no stores, h, y or both into 128 rows), to l2.txt
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
 #   AFD_WARMUP_MS  device time of warm-up before each timed series, ours and the peers' (default: the benchmarks' own,
 #                  300 ms, the steady state under the power cap; 0: burst clocks)
@@ -127,13 +128,17 @@ diag_build() {
 }
 if has_phase bounds; then
     stamp "bounds: diagnostic builds that skip parts of the GEMM kernels' work"
-    for mask in 1 2 3 4 8 16 32 48; do
+    bounds_masks="${AFD_BOUNDS_MASKS:-1 2 3 4 8 16 32 48}"
+    bounds_bins=("$bin/afd")
+    for mask in $bounds_masks; do
         diag_build "$mask"
+        bounds_bins+=("$diag_dir/afd_diag$mask")
     done
     for round in 1 2; do
-        for b in "$bin/afd" "$diag_dir"/afd_diag{1,2,3,4,8,16,32,48}; do
+        for b in "${bounds_bins[@]}"; do
             [ -x "$b" ] || { echo "bounds: no $b"; continue; }
-            timeout 120 "$b" bench moe --tokens 256,1024,4096 --routing uniform,zipf --no-stages --reps 30 2>&1 |
+            timeout 120 "$b" bench moe --tokens "${AFD_BOUNDS_TOKENS:-256,1024,4096}" --routing uniform,zipf \
+                --no-stages --reps 30 2>&1 |
                 awk -v p="r$round $(basename "$b")" '$1 ~ /^[0-9]+$/ { print p, $0 } /DIAGNOSTIC/ && !seen++ { print p, $0 }'
         done
     done >"$out/bounds.log"
@@ -142,13 +147,18 @@ if has_phase bounds; then
 fi
 if has_phase l2 && command -v ncu >/dev/null; then
     stamp "l2: L2 counters of the grouped GEMMs, the real build and the one whose epilogues store into 128 rows"
-    diag_build 48
+    l2_masks="${AFD_L2_MASKS:-8 16 32 48}"
+    l2_bins=("$bin/afd")
+    for mask in $l2_masks; do
+        diag_build "$mask"
+        l2_bins+=("$diag_dir/afd_diag$mask")
+    done
     l2_metrics="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct"
     for m in op_read_lookup_hit op_read_lookup_miss op_write_lookup_hit op_write_lookup_miss; do
         l2_metrics+=",lts__t_sectors_aperture_device_$m.sum"
     done
     l2_metrics+=",lts__d_sectors_fill_device.sum,lts__ltcfabric2lts_cycles_stalled.sum"
-    for b in "$bin/afd" "$diag_dir/afd_diag48"; do
+    for b in "${l2_bins[@]}"; do
         [ -x "$b" ] || { echo "l2: no $b"; continue; }
         for routing in uniform zipf; do
             echo "== $(basename "$b") T=${AFD_NCU_TOKENS:-1024} $routing"
