@@ -112,9 +112,10 @@ struct MoeCudaOptions {
     // same layer and options before it on the stream (false: the down kernel waits for the gate-up grid, and either
     // stage may be replayed alone).
     bool down_per_expert = true;
-    // Diagnostics (afd bench moe --timeline): when non-null, a device buffer of 2 * kMoeTraceMaxCtas *
-    // kMoeTraceSlots words into which each CTA of the gate-up (block 0) and down (block 1) GEMM kernels writes
-    // %globaltimer stamps (ns) of the MoeTraceEvent points, and its item count.
+    // Diagnostics (afd bench moe --timeline): when non-null, a zeroed device buffer of kMoeTraceWords words: each CTA
+    // of the gate-up (block 0) and down (block 1) GEMM kernels writes %globaltimer stamps (ns) of the MoeTraceEvent
+    // points, and its item count, into [2][kMoeTraceMaxCtas][kMoeTraceSlots]; the permute and combine kernels fold
+    // theirs into the kMoeTraceLayerWords after (MoeTraceLayerWord).
     uint64_t* trace = nullptr;
 };
 
@@ -141,6 +142,18 @@ inline constexpr int kMoeTraceLoggedItems = 16;
 inline constexpr int kMoeTraceItemWords = 3;
 inline constexpr int kMoeTraceSlots = kTraceItemLog + kMoeTraceLoggedItems * kMoeTraceItemWords;
 inline constexpr int kMoeTraceMaxCtas = 1024;
+
+// The stamps of the layer's kernels beside the GEMMs (MoeCudaOptions::trace), after the GEMM kernels' blocks: every
+// CTA folds its own in with atomicMax, an earliest time as its complement (~t), so that zero still means none.
+enum MoeTraceLayerWord : int {
+    kTraceLayerPermuteEntry = 0,  // ~ the first permute CTA's entry (no permute runs where the GEMMs route)
+    kTraceLayerPermuteEnd,        // the last permute CTA's end
+    kTraceLayerCombineEntry,      // ~ the first combine CTA's entry (none where the down kernel combines)
+    kTraceLayerCombineStart,      // ~ the first combine CTA past its wait for the down kernel
+    kTraceLayerCombineEnd,        // the last combine CTA's end
+    kMoeTraceLayerWords = 8,
+};
+inline constexpr size_t kMoeTraceWords = size_t{2} * kMoeTraceMaxCtas * kMoeTraceSlots + kMoeTraceLayerWords;
 
 // The tile configuration moeForwardCuda uses for these params and options (never kAuto).
 MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions& options);

@@ -17,7 +17,8 @@ namespace {
 
 class TraceBuilder {
 public:
-    TraceBuilder() : stamps_(size_t{2} * kMoeTraceMaxCtas * kMoeTraceSlots, 0) {}
+    TraceBuilder() : stamps_(kMoeTraceWords, 0) {}
+    uint64_t& layer(int word) { return stamps_[size_t{2} * kMoeTraceMaxCtas * kMoeTraceSlots + word]; }
     uint64_t& at(int kernel, int cta, int slot) {
         return stamps_[static_cast<size_t>((kernel * kMoeTraceMaxCtas + cta) * kMoeTraceSlots + slot)];
     }
@@ -83,6 +84,32 @@ TEST(MoeTraceSummaryTest, SaysNothingOfItemsWithoutALog) {
     EXPECT_NE(text.find("down     1 CTAs, 0 with items (0..0 each)"), std::string::npos) << text;
     EXPECT_NE(lineWith(text, "last-mma").find("2.00     2.00     2.00   (1 CTAs)"), std::string::npos) << text;
     EXPECT_EQ(text.find("items,"), std::string::npos) << text;
+}
+
+TEST(MoeTraceSummaryTest, PlacesThePermuteAndCombineAndWhatLiesOutsideTheKernels) {
+    TraceBuilder t;
+    // The permute enters first (t0 = 2000 ns; the earliest kept as its complement) and ends at 7000; the gate-up CTA
+    // enters at 4000; the combine enters at 300000, passes its wait at 302000 and ends at 310000.
+    t.layer(kTraceLayerPermuteEntry) = ~uint64_t{2000};
+    t.layer(kTraceLayerPermuteEnd) = 7000;
+    t.at(0, 0, kTraceEntry) = 4000;
+    t.at(0, 0, kTraceFirstData) = 6000;
+    t.layer(kTraceLayerCombineEntry) = ~uint64_t{300000};
+    t.layer(kTraceLayerCombineStart) = ~uint64_t{302000};
+    t.layer(kTraceLayerCombineEnd) = 310000;
+    const std::string text = summariseMoeTrace(t.stamps(), 320.0);
+
+    EXPECT_NE(lineWith(text, "permute").find("first entry 0.00, last end 5.00"), std::string::npos) << text;
+    EXPECT_NE(lineWith(text, "combine").find("first entry 298.00, first past its wait 300.00, last end 308.00"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(lineWith(text, "kernels span")
+                  .find("308.00 us from the first stamp to the combine's end; the "
+                        "replay's other 12.00 us"),
+              std::string::npos)
+        << text;
+    // The GEMM kernels' events count from the permute's entry too.
+    EXPECT_NE(lineWith(text, "first-data").find("4.00     4.00     4.00   (1 CTAs)"), std::string::npos) << text;
 }
 
 TEST(MoeTraceSummaryTest, RefusesABufferOfAnotherSize) {

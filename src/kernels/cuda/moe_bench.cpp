@@ -250,7 +250,7 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 row.p90_us = timings[c].p90_us;
                 if (o.timeline) {
                     // One traced replay of the last layer right after the others, so its weights are not in L2.
-                    DeviceMemory trace(size_t{2} * kMoeTraceMaxCtas * kMoeTraceSlots * 8);
+                    DeviceMemory trace(kMoeTraceWords * 8);
                     AFD_CUDA_CHECK(cudaMemsetAsync(trace.get(), 0, trace.bytes(), s));
                     MoeCudaOptions traced = options;
                     traced.trace = trace.as<uint64_t>();

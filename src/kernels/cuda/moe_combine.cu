@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/kernel_launch.h"
 #include "kernels/cuda/moe_stages.h"
+#include "kernels/cuda/moe_trace_layer.cuh"
 #include "kernels/cuda/sm90_ptx.cuh"
 
 namespace afd::kernels::cuda {
@@ -30,11 +31,18 @@ __device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
     return l | (h << 16);
 }
 
-__global__ void __launch_bounds__(kThreads) combineKernel(const int32_t* entry_slot, const float* topk_weights,
-                                                          const uint16_t* y, uint16_t* out, int top_k, int hidden) {
+__global__ void __launch_bounds__(kThreads)
+    combineKernel(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, uint16_t* out, int top_k,
+                  int hidden, uint64_t* trace_layer) {
     const int t = blockIdx.x;
+    if (threadIdx.x == 0) {
+        traceLayerFirst(trace_layer, kTraceLayerCombineEntry);
+    }
     sm90::gridDependencyWait();
     sm90::launchDependents();
+    if (threadIdx.x == 0) {
+        traceLayerFirst(trace_layer, kTraceLayerCombineStart);
+    }
     const int32_t* slots = entry_slot + static_cast<int64_t>(t) * top_k;
     const float* weights = topk_weights + static_cast<int64_t>(t) * top_k;
     for (int h = threadIdx.x * 8; h < hidden; h += kThreads * 8) {
@@ -68,19 +76,26 @@ __global__ void __launch_bounds__(kThreads) combineKernel(const int32_t* entry_s
         result.w = packBf16(acc[6], acc[7]);
         *reinterpret_cast<uint4*>(out + static_cast<int64_t>(t) * hidden + h) = result;
     }
+    if (trace_layer != nullptr) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            traceLayerLast(trace_layer, kTraceLayerCombineEnd);
+        }
+    }
 }
 
 }  // namespace
 
 cudaError_t launchMoeCombine(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, uint16_t* out,
-                             int num_tokens, int top_k, int hidden, cudaStream_t stream, bool programmatic) {
+                             int num_tokens, int top_k, int hidden, uint64_t* trace_layer, cudaStream_t stream,
+                             bool programmatic) {
     if (num_tokens < 1 || hidden % 8 != 0) {
         return cudaErrorInvalidValue;
     }
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t config =
         pdlLaunchConfig(static_cast<unsigned>(num_tokens), kThreads, stream, programmatic, attr);
-    return cudaLaunchKernelEx(&config, combineKernel, entry_slot, topk_weights, y, out, top_k, hidden);
+    return cudaLaunchKernelEx(&config, combineKernel, entry_slot, topk_weights, y, out, top_k, hidden, trace_layer);
 }
 
 }  // namespace afd::kernels::cuda

@@ -280,6 +280,11 @@ Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_byte
     return r;
 }
 
+// MoeCudaOptions::trace's words of the permute and combine kernels (MoeTraceLayerWord), or nullptr.
+uint64_t* traceLayerWords(const MoeCudaOptions& options) {
+    return options.trace != nullptr ? options.trace + size_t{2} * kMoeTraceMaxCtas * kMoeTraceSlots : nullptr;
+}
+
 GroupedGemmArgs commonArgs(const MoeParams& params, const Resolved& r, const MoeCudaOptions& options, bool gate_up) {
     GroupedGemmArgs args;
     args.slot_token = r.view.slot_token;
@@ -504,7 +509,8 @@ void moePermuteCuda(const MoeParams& params, void* workspace, size_t workspace_b
         static_cast<int>(params.num_experts), cuda::multiTileTokens(r.shape.block_tokens), r.shape.block_tokens,
         r.view.expert_count, r.view.slot_offset, r.view.tile_offset, r.view.entry_slot, r.view.slot_token,
         r.view.chunk_counts, r.dynamic || r.slot_gather || r.h_ready != nullptr ? r.schedule : nullptr,
-        static_cast<int>(syncWords(params.num_experts)), asStream(stream), options.programmatic_launch));
+        static_cast<int>(syncWords(params.num_experts)), traceLayerWords(options), asStream(stream),
+        options.programmatic_launch));
 }
 
 void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,
@@ -607,7 +613,7 @@ void moeCombineCuda(const MoeParams& params, void* workspace, size_t workspace_b
     AFD_CUDA_CHECK(cuda::launchMoeCombine(
         r.view.entry_slot, params.topk_weights, reinterpret_cast<const uint16_t*>(r.view.y),
         static_cast<uint16_t*>(params.out), static_cast<int>(params.num_tokens), static_cast<int>(params.top_k),
-        static_cast<int>(params.hidden), asStream(stream), options.programmatic_launch));
+        static_cast<int>(params.hidden), traceLayerWords(options), asStream(stream), options.programmatic_launch));
 }
 
 void moeForwardCuda(const MoeParams& params, void* workspace, size_t workspace_bytes, void* stream,

@@ -13,6 +13,7 @@
 #include "kernels/cuda/kernel_launch.h"
 #include "kernels/cuda/moe_stages.h"
 #include "kernels/cuda/moe_token_tiles.cuh"
+#include "kernels/cuda/moe_trace_layer.cuh"
 #include "kernels/cuda/sm90_ptx.cuh"
 
 namespace afd::kernels::cuda {
@@ -116,11 +117,15 @@ __device__ void scanOffsets(int count, int num_experts, int block_tokens, int si
 __global__ void __launch_bounds__(kThreads)
     permuteKernel(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                   int single_tile_tokens, int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset,
-                  int32_t* entry_slot, int32_t* slot_token, int32_t* schedule, int schedule_words) {
+                  int32_t* entry_slot, int32_t* slot_token, int32_t* schedule, int schedule_words,
+                  uint64_t* trace_layer) {
     __shared__ int counts[kMaxPermuteExperts];
     __shared__ int offsets[kMaxPermuteExperts];
     __shared__ int warp_sums[33];
     const int tid = threadIdx.x;
+    if (tid == 0) {
+        traceLayerFirst(trace_layer, kTraceLayerPermuteEntry);
+    }
     sm90::gridDependencyWait();
     for (int i = tid; schedule != nullptr && i < schedule_words; i += kThreads) {
         schedule[i] = 0;
@@ -150,12 +155,22 @@ __global__ void __launch_bounds__(kThreads)
             slot_token[slot] = i / top_k;
         }
     }
+    if (trace_layer != nullptr) {
+        __syncthreads();
+        if (tid == 0) {
+            traceLayerLast(trace_layer, kTraceLayerPermuteEnd);
+        }
+    }
 }
 
 // Chunked path, kernel 1: ranks chunk blockIdx.x within its experts; its counts go to chunk_counts[chunk][e].
 __global__ void __launch_bounds__(kThreads)
-    countKernel(const int32_t* topk_ids, int num_entries, int num_experts, int32_t* entry_slot, int32_t* chunk_counts) {
+    countKernel(const int32_t* topk_ids, int num_entries, int num_experts, int32_t* entry_slot, int32_t* chunk_counts,
+                uint64_t* trace_layer) {
     __shared__ int counts[kMaxPermuteExperts];
+    if (threadIdx.x == 0) {
+        traceLayerFirst(trace_layer, kTraceLayerPermuteEntry);
+    }
     sm90::gridDependencyWait();
     sm90::launchDependents();
     for (int e = threadIdx.x; e < num_experts; e += kThreads) {
@@ -176,7 +191,7 @@ __global__ void __launch_bounds__(kThreads)
     scatterKernel(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                   int single_tile_tokens, int num_chunks, const int32_t* chunk_counts, int32_t* expert_count,
                   int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot, int32_t* slot_token,
-                  int32_t* schedule, int schedule_words) {
+                  int32_t* schedule, int schedule_words, uint64_t* trace_layer) {
     __shared__ int offsets[kMaxPermuteExperts];
     __shared__ int warp_sums[33];
     const int tid = threadIdx.x;
@@ -210,6 +225,12 @@ __global__ void __launch_bounds__(kThreads)
             slot_token[slot] = i / top_k;
         }
     }
+    if (trace_layer != nullptr) {
+        __syncthreads();
+        if (tid == 0) {
+            traceLayerLast(trace_layer, kTraceLayerPermuteEnd);
+        }
+    }
 }
 
 }  // namespace
@@ -221,7 +242,7 @@ int permuteChunks(int num_entries) {
 cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                              int single_tile_tokens, int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset,
                              int32_t* entry_slot, int32_t* slot_token, int32_t* chunk_counts, int32_t* schedule,
-                             int schedule_words, cudaStream_t stream, bool programmatic) {
+                             int schedule_words, uint64_t* trace_layer, cudaStream_t stream, bool programmatic) {
     if (num_experts < 1 || num_experts > kMaxPermuteExperts || block_tokens < 1 || single_tile_tokens < block_tokens ||
         top_k < 1) {
         return cudaErrorInvalidValue;
@@ -232,12 +253,12 @@ cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k
         const cudaLaunchConfig_t config = pdlLaunchConfig(1, kThreads, stream, programmatic, attr);
         return cudaLaunchKernelEx(&config, permuteKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
                                   single_tile_tokens, expert_count, slot_offset, tile_offset, entry_slot, slot_token,
-                                  schedule, schedule_words);
+                                  schedule, schedule_words, trace_layer);
     }
     const cudaLaunchConfig_t count_config =
         pdlLaunchConfig(static_cast<unsigned>(chunks), kThreads, stream, programmatic, attr);
-    const cudaError_t err =
-        cudaLaunchKernelEx(&count_config, countKernel, topk_ids, num_entries, num_experts, entry_slot, chunk_counts);
+    const cudaError_t err = cudaLaunchKernelEx(&count_config, countKernel, topk_ids, num_entries, num_experts,
+                                               entry_slot, chunk_counts, trace_layer);
     if (err != cudaSuccess) {
         return err;
     }
@@ -245,7 +266,7 @@ cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k
         pdlLaunchConfig(static_cast<unsigned>(chunks), kThreads, stream, programmatic, attr);
     return cudaLaunchKernelEx(&scatter_config, scatterKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
                               single_tile_tokens, chunks, static_cast<const int32_t*>(chunk_counts), expert_count,
-                              slot_offset, tile_offset, entry_slot, slot_token, schedule, schedule_words);
+                              slot_offset, tile_offset, entry_slot, slot_token, schedule, schedule_words, trace_layer);
 }
 
 }  // namespace afd::kernels::cuda

@@ -25,10 +25,11 @@ int permuteChunks(int num_entries);
 // entry_slot [num_entries] (-1 when not served) and slot_token [valid entries]; chunk_counts
 // [permuteChunks(num_entries), E] is scratch. Also zeroes schedule[0, schedule_words) when not null (the gate-up
 // kernel's dynamic-schedule counters and the slot-order gather's counts, read after this grid has completed).
+// trace_layer: MoeCudaOptions::trace's layer words (MoeTraceLayerWord), or nullptr.
 cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                              int single_tile_tokens, int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset,
                              int32_t* entry_slot, int32_t* slot_token, int32_t* chunk_counts, int32_t* schedule,
-                             int schedule_words, cudaStream_t stream, bool programmatic);
+                             int schedule_words, uint64_t* trace_layer, cudaStream_t stream, bool programmatic);
 
 // x_sorted[entry_slot[t, j]] = x[t] for every served entry (entry_slot >= 0), one warp per token (at most 8
 // CTAs per SM); rows of `hidden` bf16, hidden % 8 == 0.
@@ -46,7 +47,8 @@ cudaError_t launchMoeGatherBySlot(const uint16_t* x, const int32_t* slot_token, 
 // out[t] = sum_j topk_weights[t, j] * y[entry_slot[t, j]] over served entries (fp32), bf16 out [T, H];
 // zero for a token with no served entry. hidden % 8 == 0.
 cudaError_t launchMoeCombine(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, uint16_t* out,
-                             int num_tokens, int top_k, int hidden, cudaStream_t stream, bool programmatic);
+                             int num_tokens, int top_k, int hidden, uint64_t* trace_layer, cudaStream_t stream,
+                             bool programmatic);
 
 // Router (router.cu): logits = x . gate_w^T (bf16 tensor cores, fp32 accumulation, the reduction split over CTAs
 // into partial sums in `workspace`), softmax, top-k, optional renormalisation. x [T, H] bf16, gate_w [E, H] bf16,

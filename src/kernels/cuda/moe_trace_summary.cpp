@@ -62,13 +62,40 @@ std::string summariseItems(At at) {
            itemClassLine("items, expert of several", shared_us, shared_gbps);
 }
 
+// The permute and combine kernels' lines (MoeTraceLayerWord) and how much of the replay the layer's kernels span.
+std::string summariseLayerWords(const uint64_t* layer, uint64_t t0, double layer_us) {
+    auto first = [&](int word) { return layer[word] != 0 ? ~layer[word] : 0; };
+    auto us = [&](uint64_t t) { return static_cast<double>(t - t0) * 1e-3; };
+    std::string text;
+    const uint64_t permute_entry = first(kTraceLayerPermuteEntry);
+    if (permute_entry != 0 && layer[kTraceLayerPermuteEnd] != 0) {
+        text += fmt::format("  permute  first entry {:.2f}, last end {:.2f}\n", us(permute_entry),
+                            us(layer[kTraceLayerPermuteEnd]));
+    }
+    const uint64_t combine_entry = first(kTraceLayerCombineEntry);
+    const uint64_t combine_start = first(kTraceLayerCombineStart);
+    const uint64_t combine_end = layer[kTraceLayerCombineEnd];
+    if (combine_entry != 0 && combine_start != 0 && combine_end != 0) {
+        text += fmt::format("  combine  first entry {:.2f}, first past its wait {:.2f}, last end {:.2f}\n",
+                            us(combine_entry), us(combine_start), us(combine_end));
+        const double span = us(combine_end);
+        text += fmt::format(
+            "  kernels span {:.2f} us from the first stamp to the combine's end; the replay's other "
+            "{:.2f} us are outside them (launch, events)\n",
+            span, layer_us - span);
+    }
+    return text;
+}
+
 }  // namespace
 
 std::string summariseMoeTrace(const std::vector<uint64_t>& stamps, double layer_us) {
-    const size_t expected = size_t{2} * kMoeTraceMaxCtas * kMoeTraceSlots;
-    AFD_CHECK(stamps.size() == expected, "MoE trace summary: {} stamps, expected {} (2 kernels x {} CTAs x {} slots)",
-              stamps.size(), expected, kMoeTraceMaxCtas, kMoeTraceSlots);
-    uint64_t t0 = ~uint64_t{0};
+    const size_t expected = kMoeTraceWords;
+    AFD_CHECK(stamps.size() == expected,
+              "MoE trace summary: {} stamps, expected {} (2 kernels x {} CTAs x {} slots, {} layer words)",
+              stamps.size(), expected, kMoeTraceMaxCtas, kMoeTraceSlots, static_cast<int>(kMoeTraceLayerWords));
+    const uint64_t* layer = stamps.data() + size_t{2} * kMoeTraceMaxCtas * kMoeTraceSlots;
+    uint64_t t0 = layer[kTraceLayerPermuteEntry] != 0 ? ~layer[kTraceLayerPermuteEntry] : ~uint64_t{0};
     for (int k = 0; k < 2; ++k) {
         for (int cta = 0; cta < kMoeTraceMaxCtas; ++cta) {
             const uint64_t v = stamps[static_cast<size_t>((k * kMoeTraceMaxCtas + cta) * kMoeTraceSlots + kTraceEntry)];
@@ -79,6 +106,7 @@ std::string summariseMoeTrace(const std::vector<uint64_t>& stamps, double layer_
     }
     std::string text =
         fmt::format("  timeline (traced replay {:.1f} us; us from the first CTA entry, min/median/max)\n", layer_us);
+    text += summariseLayerWords(layer, t0, layer_us);
     const char* const kernel_names[2] = {"gate-up", "down"};
     for (int k = 0; k < 2; ++k) {
         auto at = [&](int cta, int event) {
