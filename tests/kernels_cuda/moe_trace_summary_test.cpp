@@ -112,6 +112,21 @@ TEST(MoeTraceSummaryTest, PlacesThePermuteAndCombineAndWhatLiesOutsideTheKernels
     EXPECT_NE(lineWith(text, "first-data").find("4.00     4.00     4.00   (1 CTAs)"), std::string::npos) << text;
 }
 
+TEST(MoeTraceSummaryTest, ReportsEachProducersWaitForTokenRowsAsADuration) {
+    TraceBuilder t;
+    // Three down CTAs whose producers finished, having waited 1, 4 and 9 us in all; a fourth never finished.
+    const uint64_t waits_ns[3] = {1000, 4000, 9000};
+    for (int cta = 0; cta < 3; ++cta) {
+        t.at(1, cta, kTraceEntry) = 100;
+        t.at(1, cta, kTraceProducerDone) = 50000;
+        t.at(1, cta, kTraceWaited) = waits_ns[cta];
+    }
+    t.at(1, 3, kTraceEntry) = 100;
+    t.at(1, 3, kTraceWaited) = 777000;
+    const std::string text = summariseMoeTrace(t.stamps(), 60.0);
+    EXPECT_NE(lineWith(text, "waited").find("1.00     4.00     9.00   us per CTA"), std::string::npos) << text;
+}
+
 TEST(MoeTraceSummaryTest, RefusesABufferOfAnotherSize) {
     const std::vector<uint64_t> short_buffer(100, 0);
     try {

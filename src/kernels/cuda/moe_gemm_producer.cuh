@@ -188,6 +188,7 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
             return;  // one thread issues every copy
         }
         [[maybe_unused]] int ready_expert = -1;
+        [[maybe_unused]] uint64_t waited_ns = 0;  // diagnostics: in waitExpertRows / waitExpertReady (kTraceWaited)
         int iter = 0;
         int next = 0;
         int it = sh.item_begin;
@@ -242,8 +243,12 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                         // The item's expert's rows of x_sorted are written (once per run of items of one expert).
                         // NOTE: rows = experts (no fused routing for the token-TMA shapes): row e is expert e.
                         if (kb == 0 && args.gathered != nullptr && item.expert != ready_expert) {
+                            const uint64_t wait_start = args.trace != nullptr ? sm90::globalTimer() : 0;
                             waitExpertRows(args.gathered, item.expert,
                                            sh.slots[item.expert + 1] - sh.slots[item.expert]);
+                            if (args.trace != nullptr) {
+                                waited_ns += sm90::globalTimer() - wait_start;
+                            }
                             if (ready_expert < 0) {
                                 traceNow(args, kTraceRowsReady);
                             }
@@ -252,9 +257,13 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                     }
                     if constexpr (!kGateUp) {
                         if (kb == 0 && args.h_ready != nullptr && item.expert != ready_expert) {
+                            const uint64_t wait_start = args.trace != nullptr ? sm90::globalTimer() : 0;
                             waitExpertReady(
                                 args.h_ready, item.expert,
                                 args.h_ready_items_per_tile * (sh.tiles[item.expert + 1] - sh.tiles[item.expert]));
+                            if (args.trace != nullptr) {
+                                waited_ns += sm90::globalTimer() - wait_start;
+                            }
                             ready_expert = item.expert;
                         }
                     }
@@ -277,6 +286,9 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
         }
         if (ptid == 0) {
             traceNow(args, kTraceProducerDone);
+            if constexpr (kTmaTokens) {
+                Base::trace(args, kTraceWaited, waited_ns);
+            }
         }
     }
 };

@@ -14,7 +14,7 @@ namespace {
 const char* traceEventName(int event) {
     static const char* const kNames[kTraceItemLog] = {"entry",      "setup",        "dependency", "first-load",
                                                       "first-data", "last-mma",     "end",        "prod-done",
-                                                      "rows-ready", "gather-first", "items"};
+                                                      "rows-ready", "gather-first", "items", "waited"};
     return kNames[event];
 }
 
@@ -147,6 +147,20 @@ std::string summariseMoeTrace(const std::vector<uint64_t>& stamps, double layer_
             std::sort(us.begin(), us.end());
             text += fmt::format("    {:<11} {:8.2f} {:8.2f} {:8.2f}   ({} CTAs)\n", traceEventName(event), us.front(),
                                 us[us.size() / 2], us.back(), us.size());
+        }
+        {
+            std::vector<double> waited;
+            for (int cta = 0; cta < kMoeTraceMaxCtas; ++cta) {
+                if (at(cta, kTraceEntry) != 0 && at(cta, kTraceProducerDone) != 0) {
+                    waited.push_back(static_cast<double>(at(cta, kTraceWaited)) * 1e-3);
+                }
+            }
+            std::sort(waited.begin(), waited.end());
+            if (!waited.empty() && waited.back() > 0.0) {
+                text += fmt::format("    {:<11} {:8.2f} {:8.2f} {:8.2f}   us per CTA, its producer waiting for its "
+                                    "experts' token rows\n",
+                                    "waited", waited.front(), waited[waited.size() / 2], waited.back());
+            }
         }
         text += summariseItems(at);
     }
