@@ -126,16 +126,19 @@ diag_build() {
         timeout 420 ninja -C "$root/build-gpu-diag" afd >>"$out/build.log" 2>&1 &&
         cp "$root/build-gpu-diag/src/afd" "$diag_dir/afd_diag$1"
 }
+# diag_bins: the real afd, then the diagnostic build of each mask in $1 (diag_build).
+collect_diag_bins() {
+    diag_bins=("$bin/afd")
+    for mask in $1; do
+        diag_build "$mask"
+        diag_bins+=("$diag_dir/afd_diag$mask")
+    done
+}
 if has_phase bounds; then
     stamp "bounds: diagnostic builds that skip parts of the GEMM kernels' work"
-    bounds_masks="${AFD_BOUNDS_MASKS:-1 2 3 4 8 16 32 48}"
-    bounds_bins=("$bin/afd")
-    for mask in $bounds_masks; do
-        diag_build "$mask"
-        bounds_bins+=("$diag_dir/afd_diag$mask")
-    done
+    collect_diag_bins "${AFD_BOUNDS_MASKS:-1 2 3 4 8 16 32 48}"
     for round in 1 2; do
-        for b in "${bounds_bins[@]}"; do
+        for b in "${diag_bins[@]}"; do
             [ -x "$b" ] || { echo "bounds: no $b"; continue; }
             timeout 120 "$b" bench moe --tokens "${AFD_BOUNDS_TOKENS:-256,1024,4096}" --routing uniform,zipf \
                 --no-stages --reps 30 2>&1 |
@@ -146,19 +149,14 @@ if has_phase bounds; then
     cat "$out/bounds.log"
 fi
 if has_phase l2 && command -v ncu >/dev/null; then
-    stamp "l2: L2 counters of the grouped GEMMs, the real build and the one whose epilogues store into 128 rows"
-    l2_masks="${AFD_L2_MASKS:-8 16 32 48}"
-    l2_bins=("$bin/afd")
-    for mask in $l2_masks; do
-        diag_build "$mask"
-        l2_bins+=("$diag_dir/afd_diag$mask")
-    done
+    stamp "l2: L2 counters of the grouped GEMMs, the real build and the diagnostic builds of its stores"
+    collect_diag_bins "${AFD_L2_MASKS:-8 16 32 48}"
     l2_metrics="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct"
     for m in op_read_lookup_hit op_read_lookup_miss op_write_lookup_hit op_write_lookup_miss; do
         l2_metrics+=",lts__t_sectors_aperture_device_$m.sum"
     done
     l2_metrics+=",lts__d_sectors_fill_device.sum,lts__ltcfabric2lts_cycles_stalled.sum"
-    for b in "${l2_bins[@]}"; do
+    for b in "${diag_bins[@]}"; do
         [ -x "$b" ] || { echo "l2: no $b"; continue; }
         for routing in uniform zipf; do
             echo "== $(basename "$b") T=${AFD_NCU_TOKENS:-1024} $routing"
