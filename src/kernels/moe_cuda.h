@@ -155,7 +155,8 @@ enum MoeTraceLayerWord : int {
     kTraceLayerCombineEnd,        // the last combine CTA's end
     kMoeTraceLayerWords = 8,
 };
-inline constexpr size_t kMoeTraceWords = size_t{2} * kMoeTraceMaxCtas * kMoeTraceSlots + kMoeTraceLayerWords;
+inline constexpr size_t kMoeTraceLayerOffset = size_t{2} * kMoeTraceMaxCtas * kMoeTraceSlots;  // the layer words' first
+inline constexpr size_t kMoeTraceWords = kMoeTraceLayerOffset + kMoeTraceLayerWords;
 
 // The tile configuration moeForwardCuda uses for these params and options (never kAuto).
 MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions& options);

@@ -18,7 +18,7 @@ namespace {
 class TraceBuilder {
 public:
     TraceBuilder() : stamps_(kMoeTraceWords, 0) {}
-    uint64_t& layer(int word) { return stamps_[size_t{2} * kMoeTraceMaxCtas * kMoeTraceSlots + word]; }
+    uint64_t& layer(int word) { return stamps_[kMoeTraceLayerOffset + word]; }
     uint64_t& at(int kernel, int cta, int slot) {
         return stamps_[static_cast<size_t>((kernel * kMoeTraceMaxCtas + cta) * kMoeTraceSlots + slot)];
     }

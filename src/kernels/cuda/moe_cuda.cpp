@@ -282,7 +282,7 @@ Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_byte
 
 // MoeCudaOptions::trace's words of the permute and combine kernels (MoeTraceLayerWord), or nullptr.
 uint64_t* traceLayerWords(const MoeCudaOptions& options) {
-    return options.trace != nullptr ? options.trace + size_t{2} * kMoeTraceMaxCtas * kMoeTraceSlots : nullptr;
+    return options.trace != nullptr ? options.trace + kMoeTraceLayerOffset : nullptr;
 }
 
 GroupedGemmArgs commonArgs(const MoeParams& params, const Resolved& r, const MoeCudaOptions& options, bool gate_up) {

@@ -94,7 +94,7 @@ std::string summariseMoeTrace(const std::vector<uint64_t>& stamps, double layer_
     AFD_CHECK(stamps.size() == expected,
               "MoE trace summary: {} stamps, expected {} (2 kernels x {} CTAs x {} slots, {} layer words)",
               stamps.size(), expected, kMoeTraceMaxCtas, kMoeTraceSlots, static_cast<int>(kMoeTraceLayerWords));
-    const uint64_t* layer = stamps.data() + size_t{2} * kMoeTraceMaxCtas * kMoeTraceSlots;
+    const uint64_t* layer = stamps.data() + kMoeTraceLayerOffset;
     uint64_t t0 = layer[kTraceLayerPermuteEntry] != 0 ? ~layer[kTraceLayerPermuteEntry] : ~uint64_t{0};
     for (int k = 0; k < 2; ++k) {
         for (int cta = 0; cta < kMoeTraceMaxCtas; ++cta) {
@@ -157,9 +157,10 @@ std::string summariseMoeTrace(const std::vector<uint64_t>& stamps, double layer_
             }
             std::sort(waited.begin(), waited.end());
             if (!waited.empty() && waited.back() > 0.0) {
-                text += fmt::format("    {:<11} {:8.2f} {:8.2f} {:8.2f}   us per CTA, its producer waiting for its "
-                                    "experts' token rows\n",
-                                    "waited", waited.front(), waited[waited.size() / 2], waited.back());
+                text += fmt::format(
+                    "    {:<11} {:8.2f} {:8.2f} {:8.2f}   us per CTA, its producer waiting for its "
+                    "experts' token rows\n",
+                    traceEventName(kTraceWaited), waited.front(), waited[waited.size() / 2], waited.back());
             }
         }
         text += summariseItems(at);
