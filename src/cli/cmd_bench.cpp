@@ -30,6 +30,7 @@ struct BenchMoeFlags {
     bool no_down_prefetch = false;
     bool down_after_gate_up = false;
     bool no_gate_up_prefetch = false;
+    bool gate_up_after_permute = false;
     bool token_gather = false;
     bool evict_first_weights = false;
 };
@@ -100,6 +101,7 @@ int runBenchMoe(BenchMoeFlags& flags) {
     flags.options.early_stage_release = !flags.late_release;
     flags.options.down_prefetch = !flags.no_down_prefetch;
     flags.options.gate_up_prefetch = !flags.no_gate_up_prefetch;
+    flags.options.gate_up_on_permute_words = !flags.gate_up_after_permute;
     flags.options.slot_gather = !flags.token_gather;
     flags.options.down_per_expert = !flags.down_after_gate_up;
     flags.options.shared_weights_in_l2 = !flags.evict_first_weights;
@@ -163,6 +165,9 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
         "--no-gate-up-prefetch", flags->no_gate_up_prefetch,
         "the wide128 gate-up kernel does not stream beside the gather kernel: it gathers its own token rows (or "
         "waits for the whole gather with --token-gather)");
+    moe->add_flag("--gate-up-after-permute", flags->gate_up_after_permute,
+                  "the gate-up kernels that gather their own rows wait for the permute's scatter grid (by default they "
+                  "launch at its start and wait for the words it counts as its offsets and slots are written)");
     moe->add_flag(
         "--token-gather", flags->token_gather,
         "gather x in token order and wait for the whole gather (no slot-order gather by a kernel beside wide128 or by "

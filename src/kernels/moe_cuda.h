@@ -112,6 +112,13 @@ struct MoeCudaOptions {
     // same layer and options before it on the stream (false: the down kernel waits for the gate-up grid, and either
     // stage may be replayed alone).
     bool down_per_expert = true;
+    // Gate-up kernels that gather their own token rows (the token-TMA shapes but wide128 with gate_up_prefetch), beyond
+    // kSingleCtaPermuteEntries routing entries (two permute kernels): the permute's scatter kernel lets the gate-up
+    // kernel launch at its start, and the gate-up CTAs wait for two words the scatter kernel counts with release (its
+    // offsets written; every slot written) instead of its grid, so their setup and first weight copies overlap the
+    // scatter (T = 1024 first stage 1.5-2 us sooner, docs/cuda-moe-notes.md v23). false: the gate-up kernel waits
+    // for the scatter grid.
+    bool gate_up_on_permute_words = true;
     // Diagnostics (afd bench moe --timeline): when non-null, a zeroed device buffer of kMoeTraceWords words: each CTA
     // of the gate-up (block 0) and down (block 1) GEMM kernels writes %globaltimer stamps (ns) of the MoeTraceEvent
     // points, and its item count, into [2][kMoeTraceMaxCtas][kMoeTraceSlots]; the permute and combine kernels fold

@@ -171,13 +171,15 @@ struct Mode {
     bool gate_up_prefetch = true;
     bool slot_gather = true;
     bool down_per_expert = true;
+    bool gate_up_on_permute_words = true;
 };
 
 // Each configuration with the default options; when the case is small enough for the fused paths, also with the
 // permute and combine kernels, and with the permute kernel but the combine in the down kernel (allowed up to its
 // cap, so that down CTAs with many items arrive on each block several times). Every configuration also runs with the
 // static round robin, the stages released after the next stage's wgmma and the gate-up kernel waiting for the gather
-// before its first copy, and the down kernel waiting for the whole gate-up kernel (the token-TMA shapes take items
+// before its first copy, the down kernel waiting for the whole gate-up kernel and the gate-up kernel waiting for the
+// permute's scatter grid rather than its words (the token-TMA shapes take items
 // from the device-wide counter by default, their down items wait per expert, and wide128's gate-up kernel streams its
 // first weights beside the gather; the other token-TMA shapes' gate-up kernels gather x themselves, and wide128's does
 // too without its prefetch). The token-TMA shapes also run after the token-order gather kernel,
@@ -186,7 +188,7 @@ std::vector<Mode> configsAndFusionModes(const Case& c) {
     std::vector<Mode> modes;
     for (const MoeTileConfig t : configsFor(c)) {
         modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries});
-        modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, false, false, false, true, false});
+        modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, false, false, false, true, false, false});
         if (loadsTokensByTma(t)) {
             modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, true, true, true, false});
         }
@@ -323,7 +325,8 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
                          << (mode.dynamic_schedule ? "" : " static schedule")
                          << (mode.early_stage_release ? "" : " late stage release")
                          << (mode.gate_up_prefetch ? "" : " no gate-up prefetch")
-                         << (mode.slot_gather ? "" : " token-order gather"));
+                         << (mode.slot_gather ? "" : " token-order gather")
+                         << (mode.gate_up_on_permute_words ? "" : " gate-up after the permute grid"));
             MoeCudaOptions options;
             options.tile = mode.config;
             options.fuse_small_routing = mode.fuse_routing;
@@ -333,6 +336,7 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
             options.gate_up_prefetch = mode.gate_up_prefetch;
             options.slot_gather = mode.slot_gather;
             options.down_per_expert = mode.down_per_expert;
+            options.gate_up_on_permute_words = mode.gate_up_on_permute_words;
             const MoeParams params = p.params();
             const MoeTileConfig resolved = resolveMoeTileConfig(params, options);
             const MoeWorkspaceView view = moeWorkspaceView(params, p.d_ws.get(), p.d_ws.bytes());

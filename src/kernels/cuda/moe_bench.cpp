@@ -209,6 +209,7 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 options.gate_up_prefetch = o.gate_up_prefetch;
                 options.slot_gather = o.slot_gather;
                 options.down_per_expert = o.down_per_expert;
+                options.gate_up_on_permute_words = o.gate_up_on_permute_words;
                 options.shared_weights_in_l2 = o.shared_weights_in_l2;
                 MoeBenchRow row;
                 row.tokens = tokens;

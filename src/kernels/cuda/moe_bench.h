@@ -37,6 +37,7 @@ struct MoeBenchOptions {
     bool gate_up_prefetch = MoeCudaOptions{}.gate_up_prefetch;           // MoeCudaOptions::gate_up_prefetch
     bool slot_gather = MoeCudaOptions{}.slot_gather;                     // MoeCudaOptions::slot_gather
     bool down_per_expert = MoeCudaOptions{}.down_per_expert;             // MoeCudaOptions::down_per_expert
+    bool gate_up_on_permute_words = MoeCudaOptions{}.gate_up_on_permute_words;  // the same
     bool shared_weights_in_l2 = MoeCudaOptions{}.shared_weights_in_l2;   // MoeCudaOptions::shared_weights_in_l2
     // Also run each point once more with MoeCudaOptions::trace and summarise when the GEMM kernels' CTAs reach each
     // MoeTraceEvent (MoeBenchRow::timeline).

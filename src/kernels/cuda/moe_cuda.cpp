@@ -33,6 +33,7 @@ struct WorkspaceLayout {
     // the gate-up CTAs done reading them [1] (GroupedGemmArgs::gathered, gathered_exit), then the gate-up items done
     // per expert [E] and the down CTAs done reading them [1] (GroupedGemmArgs::h_ready, h_ready_exit)
     size_t schedule = 0;
+    size_t permute_ready = 0;  // [2] launchMoePermute's ready_words (GroupedGemmArgs::permute_ready)
     size_t entry_slot = 0;
     size_t slot_token = 0;
     size_t x_sorted = 0;
@@ -63,6 +64,8 @@ WorkspaceLayout workspaceLayout(int64_t tokens, int64_t top_k, int64_t experts, 
     at = alignUp(at + static_cast<size_t>(hidden / 64) * 4);
     l.schedule = at;
     at = alignUp(at + static_cast<size_t>(syncWords(experts)) * 4);
+    l.permute_ready = at;
+    at = alignUp(at + 2 * 4);
     l.entry_slot = at;
     at = alignUp(at + entries * 4);
     l.slot_token = at;
@@ -246,6 +249,10 @@ struct Resolved {
                          // kernel beside the gate-up kernel, or by the gate-up kernel itself (gather_in_gate_up)
     bool gather_in_gate_up;
     int32_t* h_ready;  // MoeCudaOptions::down_per_expert where the shape takes it, else null
+    // MoeCudaOptions::gate_up_on_permute_words where it applies (a gate-up kernel that gathers its own rows after the
+    // two-kernel permute), else null; and the scatter CTAs that count permute_ready[1]
+    int32_t* permute_ready;
+    int permute_ready_ctas;
     int32_t* combine_counters;
     int32_t* schedule;  // WorkspaceLayout::schedule: [2 * kScheduleWords] gate-up then down, gathered [E], exit [1],
                         // h_ready [E], exit [1]
@@ -277,6 +284,10 @@ Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_byte
     const bool per_expert =
         options.down_per_expert && memory_bound && r.shape.tma_tokens && r.shape.cluster == 1 && !r.fused_combine;
     r.h_ready = per_expert ? r.schedule + 2 * cuda::kScheduleWords + params.num_experts + 1 : nullptr;
+    r.permute_ready_ctas = cuda::permuteChunks(static_cast<int>(params.num_tokens * params.top_k));
+    r.permute_ready = options.gate_up_on_permute_words && r.gather_in_gate_up && r.permute_ready_ctas > 0
+                          ? reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + l.permute_ready)
+                          : nullptr;
     return r;
 }
 
@@ -509,7 +520,7 @@ void moePermuteCuda(const MoeParams& params, void* workspace, size_t workspace_b
         static_cast<int>(params.num_experts), cuda::multiTileTokens(r.shape.block_tokens), r.shape.block_tokens,
         r.view.expert_count, r.view.slot_offset, r.view.tile_offset, r.view.entry_slot, r.view.slot_token,
         r.view.chunk_counts, r.dynamic || r.slot_gather || r.h_ready != nullptr ? r.schedule : nullptr,
-        static_cast<int>(syncWords(params.num_experts)), traceLayerWords(options), asStream(stream),
+        static_cast<int>(syncWords(params.num_experts)), r.permute_ready, traceLayerWords(options), asStream(stream),
         options.programmatic_launch));
 }
 
@@ -528,6 +539,8 @@ void moeGateUpCuda(const MoeParams& params, void* workspace, size_t workspace_by
     args.out_ld = static_cast<int>(params.inter);
     args.n_tiles = static_cast<int>(params.inter / cuda::gateUpColumnsPerItem(r.shape));
     args.prefetch_before_wait = options.gate_up_prefetch ? 1 : 0;
+    args.permute_ready = r.permute_ready;
+    args.permute_ready_ctas = r.permute_ready_ctas;
     if (r.fused_routing) {
         args.routing_out.expert_count = r.view.expert_count;
         args.routing_out.slot_offset = r.view.slot_offset;

@@ -223,6 +223,9 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
         }
         if constexpr (kGateUp && kTmaTokens) {
             if (args.gather_x != nullptr) {
+                if (args.permute_ready != nullptr) {
+                    sm90::waitAtLeastAcquire(args.permute_ready + 1, args.permute_ready_ctas);  // slot_token
+                }
                 gatherSlotsByWarps<8, 1>(args.gather_x, args.slot_token, args.gather_out, args.k, sh.slots, sh.rows,
                                          args.gathered, 0, consumerGatherSlots(), kConsumers * (kWarpgroup / 32),
                                          wg * (kWarpgroup / 32) + (ctid >> 5), nullptr);

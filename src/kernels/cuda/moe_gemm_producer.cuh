@@ -131,6 +131,9 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
             // with h_ready warp 3 counts the finished items instead (a gathering warp would post them late).
             const int gather_warps = args.h_ready != nullptr ? 2 : 3;
             if (args.gather_x != nullptr && ptid >= 32 && ptid < 32 * (1 + gather_warps)) {
+                if (args.permute_ready != nullptr) {
+                    sm90::waitAtLeastAcquire(args.permute_ready + 1, args.permute_ready_ctas);  // slot_token
+                }
                 uint64_t* const stamp = args.trace != nullptr && blockIdx.x < static_cast<unsigned>(kMoeTraceMaxCtas)
                                             ? args.trace + blockIdx.x * kMoeTraceSlots + kTraceGatherFirst
                                             : nullptr;
@@ -178,6 +181,10 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
             // per expert for h rows with h_ready.
             if (kGateUp ? args.gathered == nullptr : args.h_ready == nullptr) {
                 sm90::gridDependencyWait();
+            }
+            if (kGateUp && args.permute_ready != nullptr) {
+                // The down kernel reads the permute's words before its own wait.
+                sm90::waitAtLeastAcquire(args.permute_ready + 1, args.permute_ready_ctas);
             }
             sm90::launchDependents();
             if (ptid == 0) {

@@ -116,7 +116,16 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     // Beside the slot-order gather no thread waits for the gather grid: the producer waits per expert.
     // Nor with the down kernel starting per expert (h_ready): the producer waits per expert.
     const bool consumers_wait = wait_in_roles && (kGateUp ? args.gathered == nullptr : args.h_ready == nullptr);
-    if (!wait_in_roles) {
+    // The permute's words instead of its grid (GroupedGemmArgs::permute_ready): one thread acquires, the barrier orders
+    // the other threads' reads of the offsets after it.
+    const bool on_permute_words = kGateUp && kTmaTokens && args.permute_ready != nullptr;
+    if (!wait_in_roles && on_permute_words) {
+        if (threadIdx.x == 0) {
+            sm90::waitAtLeastAcquire(args.permute_ready, 1);
+            K::traceNow(args, kTraceDependency);
+        }
+        __syncthreads();
+    } else if (!wait_in_roles) {
         // Reads the permute stage's offsets (or the routing) and the previous layer's x: wait for the previous
         // kernel.
         sm90::gridDependencyWait();
@@ -194,6 +203,9 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     }
     if constexpr (kCluster > 1) {
         sm90::clusterSync();  // no CTA leaves while its peer may still arrive on its barriers
+    }
+    if (on_permute_words && threadIdx.x == 0) {
+        sm90::gridDependencyWait();  // this grid completes after the scatter grid, as in a plain stream
     }
     if (!kGateUp && args.h_ready != nullptr && threadIdx.x == 0) {
         // No thread waited for the gate-up grid (h_ready): this grid still completes after it, as in a plain stream, so

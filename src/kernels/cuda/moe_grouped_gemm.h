@@ -73,6 +73,14 @@ struct GroupedGemmArgs {
     int32_t* h_ready = nullptr;
     int32_t* h_ready_exit = nullptr;
     int h_ready_items_per_tile = 0;
+    // Gate-up kernels that gather their own token rows (gather_x), launched at the permute's scatter kernel's start
+    // (MoeCudaOptions::gate_up_on_permute_words): instead of waiting for the scatter grid, the CTAs wait (acquire) for
+    // permute_ready[0] >= 1 before they read the offsets, every thread that reads slot_token for permute_ready[1] >=
+    // permute_ready_ctas, and the producer for that too before it lets the down kernel launch (which reads the
+    // permute's words before its own wait); thread 0 waits for the scatter grid at the end, so that this grid still
+    // completes after it. Null: the CTAs wait for the scatter grid first.
+    const int32_t* permute_ready = nullptr;
+    int permute_ready_ctas = 0;
     // Gate-up kernels of the other token-TMA shapes (MoeCudaOptions::slot_gather): gather_x = x [T, k], gathered by the
     // kernel's own producer warps 1-3 into gather_out = x_sorted in slot order and counted in `gathered` as above
     // (no gather kernel). nullptr: a gather kernel wrote x_sorted.

@@ -166,13 +166,16 @@ __global__ void __launch_bounds__(kThreads)
 // Chunked path, kernel 1: ranks chunk blockIdx.x within its experts; its counts go to chunk_counts[chunk][e].
 __global__ void __launch_bounds__(kThreads)
     countKernel(const int32_t* topk_ids, int num_entries, int num_experts, int32_t* entry_slot, int32_t* chunk_counts,
-                uint64_t* trace_layer) {
+                int32_t* ready_words, uint64_t* trace_layer) {
     __shared__ int counts[kMaxPermuteExperts];
     if (threadIdx.x == 0) {
         traceLayerFirst(trace_layer, kTraceLayerPermuteEntry);
     }
     sm90::gridDependencyWait();
     sm90::launchDependents();
+    if (ready_words != nullptr && blockIdx.x == 0 && threadIdx.x < 2) {
+        ready_words[threadIdx.x] = 0;  // the scatter kernel counts them after this grid has completed
+    }
     for (int e = threadIdx.x; e < num_experts; e += kThreads) {
         counts[e] = 0;
     }
@@ -186,16 +189,20 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Chunked path, kernel 2: every CTA scans the experts' totals (CTA 0 writes them out) and places its chunk's
-// entries after the entries of the earlier chunks.
+// entries after the entries of the earlier chunks. With ready_words its dependents launch at its start and wait for
+// the words (launchMoePermute).
 __global__ void __launch_bounds__(kThreads)
     scatterKernel(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                   int single_tile_tokens, int num_chunks, const int32_t* chunk_counts, int32_t* expert_count,
                   int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot, int32_t* slot_token,
-                  int32_t* schedule, int schedule_words, uint64_t* trace_layer) {
+                  int32_t* schedule, int schedule_words, int32_t* ready_words, uint64_t* trace_layer) {
     __shared__ int offsets[kMaxPermuteExperts];
     __shared__ int warp_sums[33];
     const int tid = threadIdx.x;
     sm90::gridDependencyWait();
+    if (ready_words != nullptr) {
+        sm90::launchDependents();
+    }
     for (int i = tid; schedule != nullptr && blockIdx.x == 0 && i < schedule_words; i += kThreads) {
         schedule[i] = 0;
     }
@@ -211,11 +218,16 @@ __global__ void __launch_bounds__(kThreads)
     scanOffsets(total, num_experts, block_tokens, single_tile_tokens, warp_sums, offsets, blockIdx.x == 0, expert_count,
                 slot_offset, tile_offset);
     __syncthreads();
+    if (ready_words != nullptr && blockIdx.x == 0 && tid == 0) {
+        sm90::redAddReleaseGpu(ready_words, 1);  // the offsets and the zeroed schedule words (the barrier above)
+    }
     if (tid < num_experts) {
         offsets[tid] += before;
     }
     __syncthreads();
-    sm90::launchDependents();
+    if (ready_words == nullptr) {
+        sm90::launchDependents();
+    }
     const int i = blockIdx.x * kChunk + tid;
     if (i < num_entries) {
         const int rank = entry_slot[i];
@@ -223,6 +235,12 @@ __global__ void __launch_bounds__(kThreads)
             const int slot = offsets[topk_ids[i]] + rank;
             entry_slot[i] = slot;
             slot_token[slot] = i / top_k;
+        }
+    }
+    if (ready_words != nullptr) {
+        __syncthreads();
+        if (tid == 0) {
+            sm90::redAddReleaseGpu(ready_words + 1, 1);  // this chunk's slots (the barrier above)
         }
     }
     if (trace_layer != nullptr) {
@@ -242,7 +260,8 @@ int permuteChunks(int num_entries) {
 cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                              int single_tile_tokens, int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset,
                              int32_t* entry_slot, int32_t* slot_token, int32_t* chunk_counts, int32_t* schedule,
-                             int schedule_words, uint64_t* trace_layer, cudaStream_t stream, bool programmatic) {
+                             int schedule_words, int32_t* ready_words, uint64_t* trace_layer, cudaStream_t stream,
+                             bool programmatic) {
     if (num_experts < 1 || num_experts > kMaxPermuteExperts || block_tokens < 1 || single_tile_tokens < block_tokens ||
         top_k < 1) {
         return cudaErrorInvalidValue;
@@ -258,7 +277,7 @@ cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k
     const cudaLaunchConfig_t count_config =
         pdlLaunchConfig(static_cast<unsigned>(chunks), kThreads, stream, programmatic, attr);
     const cudaError_t err = cudaLaunchKernelEx(&count_config, countKernel, topk_ids, num_entries, num_experts,
-                                               entry_slot, chunk_counts, trace_layer);
+                                               entry_slot, chunk_counts, ready_words, trace_layer);
     if (err != cudaSuccess) {
         return err;
     }
@@ -266,7 +285,8 @@ cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k
         pdlLaunchConfig(static_cast<unsigned>(chunks), kThreads, stream, programmatic, attr);
     return cudaLaunchKernelEx(&scatter_config, scatterKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
                               single_tile_tokens, chunks, static_cast<const int32_t*>(chunk_counts), expert_count,
-                              slot_offset, tile_offset, entry_slot, slot_token, schedule, schedule_words, trace_layer);
+                              slot_offset, tile_offset, entry_slot, slot_token, schedule, schedule_words, ready_words,
+                              trace_layer);
 }
 
 }  // namespace afd::kernels::cuda

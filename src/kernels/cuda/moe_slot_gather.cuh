@@ -77,7 +77,8 @@ __device__ void gatherSlotsByWarps(const uint16_t* x, const int32_t* slot_token,
     for (int group = begin + (static_cast<int>(blockIdx.x) * warps_per_cta + warp_in_cta) * kRows; group < end;
          group += stride) {
         const int rows = min(kRows, end - group);
-        const int my_token = lane < rows ? __ldg(slot_token + group + lane) : 0;
+        // A coherent load: with GroupedGemmArgs::permute_ready the scatter kernel may have written it during this grid.
+        const int my_token = lane < rows ? slot_token[group + lane] : 0;
 #pragma unroll 1
         for (int v0 = 0; v0 < row_vectors; v0 += 32 * kVectors) {
             uint4 held[kRows][kVectors];

@@ -16,7 +16,8 @@ inline constexpr int kScheduleWords = 2;
 // Up to this many routing entries the permute stage is one CTA; beyond, two kernels over chunks of 1024.
 inline constexpr int kSingleCtaPermuteEntries = 2048;
 
-// Chunks of the two-kernel permute path for num_entries (0: one CTA); chunk_counts holds chunks * E ints.
+// Chunks of the two-kernel permute path for num_entries (0: one CTA); chunk_counts holds chunks * E ints. The scatter
+// kernel's CTAs, one per chunk, are what count ready_words[1] (launchMoePermute).
 int permuteChunks(int num_entries);
 
 // Groups the routing entries by expert. topk_ids [num_entries] (entry t*K + j); ids outside [0, num_experts)
@@ -25,11 +26,15 @@ int permuteChunks(int num_entries);
 // entry_slot [num_entries] (-1 when not served) and slot_token [valid entries]; chunk_counts
 // [permuteChunks(num_entries), E] is scratch. Also zeroes schedule[0, schedule_words) when not null (the gate-up
 // kernel's dynamic-schedule counters and the slot-order gather's counts, read after this grid has completed).
-// trace_layer: MoeCudaOptions::trace's layer words (MoeTraceLayerWord), or nullptr.
+// trace_layer: MoeCudaOptions::trace's layer words (MoeTraceLayerWord), or nullptr. ready_words [2] (two-kernel path
+// only, else ignored; may be null): the count kernel zeroes them, the scatter kernel lets its dependents launch at its
+// start and adds, with release, 1 to [0] once the offsets and the zeroed schedule words are written (CTA 0) and 1 to
+// [1] per CTA once its slots are written (MoeCudaOptions::gate_up_on_permute_words; permuteReadyCtas CTAs in all).
 cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                              int single_tile_tokens, int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset,
                              int32_t* entry_slot, int32_t* slot_token, int32_t* chunk_counts, int32_t* schedule,
-                             int schedule_words, uint64_t* trace_layer, cudaStream_t stream, bool programmatic);
+                             int schedule_words, int32_t* ready_words, uint64_t* trace_layer, cudaStream_t stream,
+                             bool programmatic);
 
 // x_sorted[entry_slot[t, j]] = x[t] for every served entry (entry_slot >= 0), one warp per token (at most 8
 // CTAs per SM); rows of `hidden` bf16, hidden % 8 == 0.
