@@ -29,7 +29,7 @@ int permuteChunks(int num_entries);
 // trace_layer: MoeCudaOptions::trace's layer words (MoeTraceLayerWord), or nullptr. ready_words [2] (two-kernel path
 // only, else ignored; may be null): the count kernel zeroes them, the scatter kernel lets its dependents launch at its
 // start and adds, with release, 1 to [0] once the offsets and the zeroed schedule words are written (CTA 0) and 1 to
-// [1] per CTA once its slots are written (MoeCudaOptions::gate_up_on_permute_words; permuteReadyCtas CTAs in all).
+// [1] per CTA once its slots are written (MoeCudaOptions::gate_up_on_permute_words; permuteChunks CTAs in all).
 cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                              int single_tile_tokens, int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset,
                              int32_t* entry_slot, int32_t* slot_token, int32_t* chunk_counts, int32_t* schedule,
