@@ -27,6 +27,10 @@
 #                  missed, fills from DRAM, DRAM bytes, the stalls of the fabric between the L2 partitions) at T =
 #                  AFD_NCU_TOKENS, uniform and zipf, for the real build and the diagnostic builds AFD_L2_MASKS
 #                  (default "8 16 32 48": no stores, h, y or both into 128 rows), to l2.txt
+#                  "power" samples the SM clock, board power and throttle reasons (nvidia-smi every 25 ms,
+#                  scripts/smi_summary.py) while the real build and its no-wgmma diagnostic build (AFD_MOE_DIAG_SKIP 2)
+#                  each replay T = AFD_POWER_TOKENS (default 1024) for 6000 replays, uniform and zipf, then times the two
+#                  builds in turn (power.txt): what the MMAs cost through the power cap
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
 #   AFD_WARMUP_MS  device time of warm-up before each timed series, ours and the peers' (default: the benchmarks' own,
 #                  300 ms, the steady state under the power cap; 0: burst clocks)
@@ -147,6 +151,38 @@ if has_phase bounds; then
     done >"$out/bounds.log"
     echo "bounds exit $?"
     cat "$out/bounds.log"
+fi
+if has_phase power && command -v nvidia-smi >/dev/null; then
+    stamp "power: SM clock and board power while the layer runs, with and without its MMAs"
+    collect_diag_bins "2"
+    smi_fields=timestamp,clocks.sm,clocks.mem,power.draw,clocks_event_reasons.sw_power_cap
+    smi_fields+=,clocks_event_reasons.hw_slowdown,clocks_event_reasons.sw_thermal_slowdown,temperature.gpu
+    power_tokens="${AFD_POWER_TOKENS:-1024}"
+    {
+        for b in "${diag_bins[@]}"; do
+            [ -x "$b" ] || { echo "power: no $b"; continue; }
+            for routing in uniform zipf; do
+                label="$(basename "$b") T=$power_tokens $routing"
+                samples="$out/smi-$(basename "$b")-$routing.csv"
+                nvidia-smi --query-gpu="$smi_fields" --format=csv,noheader,nounits -lms 25 >"$samples" 2>&1 &
+                sampler=$!
+                timeout 120 "$b" bench moe --no-stages --reps 6000 --tokens "$power_tokens" --routing "$routing" \
+                    2>&1 | awk -v p="$label" '$1 ~ /^[0-9]+$/ { print p, $0 }'
+                kill "$sampler" 2>/dev/null
+                wait "$sampler" 2>/dev/null
+                python3 "$root/scripts/smi_summary.py" "$label" "$samples"
+            done
+        done
+        for round in 1 2; do
+            for b in "${diag_bins[@]}"; do
+                [ -x "$b" ] || continue
+                timeout 90 "$b" bench moe --no-stages --reps 30 --tokens "$power_tokens" --routing uniform,zipf 2>&1 |
+                    awk -v p="r$round $(basename "$b")" '$1 ~ /^[0-9]+$/ { print p, $0 }'
+            done
+        done
+    } >"$out/power.txt"
+    echo "power exit $?"
+    cat "$out/power.txt"
 fi
 if has_phase l2 && command -v ncu >/dev/null; then
     stamp "l2: L2 counters of the grouped GEMMs, the real build and the diagnostic builds of its stores"
