@@ -249,13 +249,16 @@ __device__ __forceinline__ int ldAcquireGpu(const int* ptr) {
 __device__ __forceinline__ void fenceProxyAsyncGlobal() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
 // Waits until *ptr >= target (acquire). Bounded like mbarWaitBounded: a count that never arrives traps after
-// ~2^25 polls of >= 128 ns (seconds) instead of hanging the device.
-__device__ __noinline__ inline void waitAtLeastAcquire(const int* ptr, int target) {
+// ~2^25 polls of >= 128 ns (seconds) instead of hanging the device. Inlined, with the trap out of line: a call to the
+// whole wait (it was __noinline__) from the consumer warpgroups of the register-rebalanced shapes made ptxas ignore
+// their setmaxnreg, spill and serialize their wgmma (C7507, C7512; wide288's gate-up kernel since the waits on the
+// permute's words).
+__device__ __forceinline__ void waitAtLeastAcquire(const int* ptr, int target) {
     uint32_t polls = 0;
     while (ldAcquireGpu(ptr) < target) {
         __nanosleep(128);
         if (++polls == (1u << 25)) {
-            __trap();
+            trapOutOfLine();
         }
     }
 }
