@@ -21,31 +21,34 @@ import tempfile
 
 FLAGGED = re.compile(r"\((C7507|C7512)\)")
 SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
-ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+# The entry function or device function the following report lines describe.
+FUNCTION = re.compile(r"(?:Compiling entry function|Function properties for) '?([^'\s]+)'?")
 
 
 def check(entry, workdir):
-    """Problems ptxas reports for one compile command, as text lines naming the kernel."""
+    """Problems ptxas reports for one compile command, as text lines naming the function."""
     args = shlex.split(entry["command"]) if "command" in entry else list(entry["arguments"])
     out = os.path.join(workdir, "check.o")
     if "-o" in args:
         args[args.index("-o") + 1] = out
+    else:
+        args += ["-o", out]  # never the build's own object file
     args += ["-Xptxas", "-v"]
     run = subprocess.run(args, cwd=entry["directory"], capture_output=True, text=True)
     if run.returncode != 0:
         return [f"compile failed ({run.returncode}): {run.stderr.strip()[-400:]}"]
     problems = []
-    kernel = "?"
+    function = "?"
     for line in run.stderr.splitlines():
-        m = ENTRY.search(line)
+        m = FUNCTION.search(line)
         if m:
-            kernel = m.group(1)
+            function = m.group(1)
         m = FLAGGED.search(line)
         if m:
             problems.append(f"{m.group(1)}: {line.split(':', 1)[-1].strip()}")
         m = SPILL.search(line)
         if m and (int(m.group(1)) or int(m.group(2))):
-            problems.append(f"spills in {kernel}: {m.group(0)}")
+            problems.append(f"spills in {function}: {m.group(0)}")
     return problems
 
 

@@ -2,7 +2,7 @@
 # Installs the Debian packages the build needs. Idempotent: does nothing when all are present.
 set -euo pipefail
 packages=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
-          libbenchmark-dev python3-minimal)
+          libbenchmark-dev python3)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
