@@ -33,6 +33,7 @@ struct BenchMoeFlags {
     bool gate_up_after_permute = false;
     bool token_gather = false;
     bool evict_first_weights = false;
+    bool combine_after_down = false;
 };
 
 void printTable(const kernels::cuda::MoeBenchResult& r) {
@@ -105,6 +106,7 @@ int runBenchMoe(BenchMoeFlags& flags) {
     flags.options.slot_gather = !flags.token_gather;
     flags.options.down_per_expert = !flags.down_after_gate_up;
     flags.options.shared_weights_in_l2 = !flags.evict_first_weights;
+    flags.options.combine_by_part = !flags.combine_after_down;
     return runBenchBody("bench moe", [&] {
         const auto result = kernels::cuda::runMoeBench(flags.options);
         printTable(result);
@@ -177,6 +179,9 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
         "copy every item's weights with evict_first when each weight tile is read about once (the wide shapes "
         "over 128 tokens and tall128 otherwise keep an expert's weights in L2 while its several token tiles read "
         "them)");
+    moe->add_flag("--combine-after-down", flags->combine_after_down,
+                  "the combine waits for the whole down kernel (by default, up to 64 routing entries per expert, the "
+                  "down items go block of hidden rows by block and the combine sums each block once complete)");
     moe->add_option("--omit-stage", flags->options.omit_stage,
                     "diagnostic: time the layer without its permute or combine stage (what hiding it could gain)")
         ->check(CLI::IsMember({"permute", "combine"}));

@@ -62,6 +62,9 @@ enum class MoeTileConfig {
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config);
 const char* moeTileConfigName(MoeTileConfig config);
 
+// MoeCudaOptions::combine_by_part's reach: routing entries per expert on average.
+inline constexpr int64_t kCombineByPartEntriesPerExpert = 64;
+
 struct MoeCudaOptions {
     MoeTileConfig tile = MoeTileConfig::kAuto;
     // Launch gate-up, down and combine with programmatic dependent launch, so each kernel's prologue (and the
@@ -119,6 +122,14 @@ struct MoeCudaOptions {
     // scatter (T = 1024 first stage 1.5-2 us sooner, docs/cuda-moe-notes.md v23). false: the gate-up kernel waits
     // for the scatter grid.
     bool gate_up_on_permute_words = true;
+    // Where down_per_expert is in effect, up to kCombineByPartEntriesPerExpert routing entries per expert on average:
+    // the down kernel's items go weight-tile-major over every expert (each block of hidden rows of y complete before
+    // the next block's items start) and it counts each finished item per block; the combine sums each block as soon
+    // as its count is complete, on the SMs the down CTAs leave while the last block's items run, instead of waiting for
+    // the whole down grid. T = 1024 3 us faster with either routing; at 128 entries per expert (T = 2048) the
+    // weight-tile-major order reads each h tile once per block, far apart, and was 3-4 % slower
+    // (docs/cuda-moe-notes.md, v25). false: expert-major items, the combine after the down grid.
+    bool combine_by_part = true;
     // Diagnostics (afd bench moe --timeline): when non-null, a zeroed device buffer of kMoeTraceWords words: each CTA
     // of the gate-up (block 0) and down (block 1) GEMM kernels writes %globaltimer stamps (ns) of the MoeTraceEvent
     // points, and its item count, into [2][kMoeTraceMaxCtas][kMoeTraceSlots]; the permute and combine kernels fold

@@ -172,6 +172,7 @@ struct Mode {
     bool slot_gather = true;
     bool down_per_expert = true;
     bool gate_up_on_permute_words = true;
+    bool combine_by_part = true;
 };
 
 // Each configuration with the default options; when the case is small enough for the fused paths, also with the
@@ -183,7 +184,8 @@ struct Mode {
 // from the device-wide counter by default, their down items wait per expert, and wide128's gate-up kernel streams its
 // first weights beside the gather; the other token-TMA shapes' gate-up kernels gather x themselves, and wide128's does
 // too without its prefetch). The token-TMA shapes also run after the token-order gather kernel,
-// waited for as a whole (MoeCudaOptions::slot_gather off).
+// waited for as a whole (MoeCudaOptions::slot_gather off), and with the combine after the whole down grid rather
+// than by part (the default where the down kernel starts per expert, up to 64 entries per expert).
 std::vector<Mode> configsAndFusionModes(const Case& c) {
     std::vector<Mode> modes;
     for (const MoeTileConfig t : configsFor(c)) {
@@ -191,6 +193,9 @@ std::vector<Mode> configsAndFusionModes(const Case& c) {
         modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, false, false, false, true, false, false});
         if (loadsTokensByTma(t)) {
             modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, true, true, true, false});
+            Mode after_down{t, true, MoeCudaOptions{}.fused_combine_entries};
+            after_down.combine_by_part = false;
+            modes.push_back(after_down);
         }
         if (c.tokens * c.top_k <= 256) {
             modes.push_back({t, false, 0});
@@ -326,7 +331,8 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
                          << (mode.early_stage_release ? "" : " late stage release")
                          << (mode.gate_up_prefetch ? "" : " no gate-up prefetch")
                          << (mode.slot_gather ? "" : " token-order gather")
-                         << (mode.gate_up_on_permute_words ? "" : " gate-up after the permute grid"));
+                         << (mode.gate_up_on_permute_words ? "" : " gate-up after the permute grid")
+                         << (mode.combine_by_part ? "" : " combine after the down grid"));
             MoeCudaOptions options;
             options.tile = mode.config;
             options.fuse_small_routing = mode.fuse_routing;
@@ -337,6 +343,7 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
             options.slot_gather = mode.slot_gather;
             options.down_per_expert = mode.down_per_expert;
             options.gate_up_on_permute_words = mode.gate_up_on_permute_words;
+            options.combine_by_part = mode.combine_by_part;
             const MoeParams params = p.params();
             const MoeTileConfig resolved = resolveMoeTileConfig(params, options);
             const MoeWorkspaceView view = moeWorkspaceView(params, p.d_ws.get(), p.d_ws.bytes());

@@ -211,6 +211,7 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 options.down_per_expert = o.down_per_expert;
                 options.gate_up_on_permute_words = o.gate_up_on_permute_words;
                 options.shared_weights_in_l2 = o.shared_weights_in_l2;
+                options.combine_by_part = o.combine_by_part;
                 MoeBenchRow row;
                 row.tokens = tokens;
                 row.routing = kind;

@@ -39,6 +39,7 @@ struct MoeBenchOptions {
     bool down_per_expert = MoeCudaOptions{}.down_per_expert;             // MoeCudaOptions::down_per_expert
     bool gate_up_on_permute_words = MoeCudaOptions{}.gate_up_on_permute_words;  // the same
     bool shared_weights_in_l2 = MoeCudaOptions{}.shared_weights_in_l2;   // MoeCudaOptions::shared_weights_in_l2
+    bool combine_by_part = MoeCudaOptions{}.combine_by_part;             // MoeCudaOptions::combine_by_part
     // Also run each point once more with MoeCudaOptions::trace and summarise when the GEMM kernels' CTAs reach each
     // MoeTraceEvent (MoeBenchRow::timeline).
     bool timeline = false;

@@ -31,6 +31,43 @@ __device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
     return l | (h << 16);
 }
 
+// out[t, col .. col + 8) = sum over t's served entries of topk_weight * y[slot, col .. col + 8), in fp32 in entry
+// order, rounded to bf16 once. kBatch entries' rows are loaded before any is summed (the sum stays in entry order),
+// so each thread has that many 16-byte reads of y in flight rather than one. kFromL2: y is being written by a kernel
+// still running (read at L2, ld.global.cg).
+template <bool kFromL2>
+__device__ __forceinline__ void combineColumns(const int32_t* slots, const float* weights, int top_k, const uint16_t* y,
+                                               uint16_t* out_row, int hidden, int col) {
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (int j0 = 0; j0 < top_k; j0 += kBatch) {
+        int slot[kBatch];
+        uint4 packed[kBatch];
+#pragma unroll
+        for (int q = 0; q < kBatch; ++q) {
+            slot[q] = j0 + q < top_k ? __ldg(slots + j0 + q) : -1;
+        }
+#pragma unroll
+        for (int q = 0; q < kBatch; ++q) {
+            if (slot[q] >= 0) {
+                const auto* src = reinterpret_cast<const uint4*>(y + static_cast<int64_t>(slot[q]) * hidden + col);
+                packed[q] = kFromL2 ? __ldcg(src) : *src;
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < kBatch; ++q) {
+            if (slot[q] >= 0) {
+                accumulate(acc, packed[q], __ldg(weights + j0 + q));
+            }
+        }
+    }
+    uint4 result;
+    result.x = packBf16(acc[0], acc[1]);
+    result.y = packBf16(acc[2], acc[3]);
+    result.z = packBf16(acc[4], acc[5]);
+    result.w = packBf16(acc[6], acc[7]);
+    *reinterpret_cast<uint4*>(out_row + col) = result;
+}
+
 __global__ void __launch_bounds__(kThreads)
     combineKernel(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, uint16_t* out, int top_k,
                   int hidden, uint64_t* trace_layer) {
@@ -46,35 +83,7 @@ __global__ void __launch_bounds__(kThreads)
     const int32_t* slots = entry_slot + static_cast<int64_t>(t) * top_k;
     const float* weights = topk_weights + static_cast<int64_t>(t) * top_k;
     for (int h = threadIdx.x * 8; h < hidden; h += kThreads * 8) {
-        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        // kBatch entries' rows are loaded before any is summed (the sum stays in entry order), so each thread has
-        // that many 16-byte reads of y in flight rather than one.
-        for (int j0 = 0; j0 < top_k; j0 += kBatch) {
-            int slot[kBatch];
-            uint4 packed[kBatch];
-#pragma unroll
-            for (int q = 0; q < kBatch; ++q) {
-                slot[q] = j0 + q < top_k ? __ldg(slots + j0 + q) : -1;
-            }
-#pragma unroll
-            for (int q = 0; q < kBatch; ++q) {
-                if (slot[q] >= 0) {
-                    packed[q] = *reinterpret_cast<const uint4*>(y + static_cast<int64_t>(slot[q]) * hidden + h);
-                }
-            }
-#pragma unroll
-            for (int q = 0; q < kBatch; ++q) {
-                if (slot[q] >= 0) {
-                    accumulate(acc, packed[q], __ldg(weights + j0 + q));
-                }
-            }
-        }
-        uint4 result;
-        result.x = packBf16(acc[0], acc[1]);
-        result.y = packBf16(acc[2], acc[3]);
-        result.z = packBf16(acc[4], acc[5]);
-        result.w = packBf16(acc[6], acc[7]);
-        *reinterpret_cast<uint4*>(out + static_cast<int64_t>(t) * hidden + h) = result;
+        combineColumns<false>(slots, weights, top_k, y, out + static_cast<int64_t>(t) * hidden, hidden, h);
     }
     if (trace_layer != nullptr) {
         __syncthreads();
@@ -82,6 +91,50 @@ __global__ void __launch_bounds__(kThreads)
             traceLayerLast(trace_layer, kTraceLayerCombineEnd);
         }
     }
+}
+
+// Tokens per CTA of the combine by part.
+constexpr int kPartTokens = 16;
+
+// The combine by part (launchMoeCombineByPart): CTA c sums columns [part * part_cols, (part + 1) * part_cols) of
+// tokens [chunk * kPartTokens, + kPartTokens), part = c / chunks, once the down kernel has counted every item of that
+// part (part_done[part] >= *total_items; thread 0 acquires, the CTA barrier orders the other threads' reads of y
+// after it). No thread waits for the down grid before its sums: the CTAs take the SMs the down CTAs leave and sum the
+// blocks finished first while the last items run. part_cols / 8 threads per token.
+__global__ void __launch_bounds__(kThreads)
+    combineByPartKernel(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, uint16_t* out,
+                        int num_tokens, int top_k, int hidden, int part_cols, int chunks, const int32_t* part_done,
+                        const int32_t* total_items, uint64_t* trace_layer) {
+    const int part = static_cast<int>(blockIdx.x) / chunks;
+    const int chunk = static_cast<int>(blockIdx.x) - part * chunks;
+    if (threadIdx.x == 0) {
+        traceLayerFirst(trace_layer, kTraceLayerCombineEntry);
+        // NOTE: the item count comes from the permute stage, whose grid completed before any gate-up CTA left its
+        // SM, so before any down CTA (and this kernel, launched once every down CTA ran) started.
+        sm90::waitAtLeastAcquire(part_done + part, sm90::ldAcquireGpu(total_items));
+        traceLayerFirst(trace_layer, kTraceLayerCombineStart);
+    }
+    __syncthreads();
+    const int threads_per_token = part_cols / 8;
+    const int tokens_per_pass = kThreads / threads_per_token;
+    const int col = part * part_cols + (static_cast<int>(threadIdx.x) % threads_per_token) * 8;
+    const int end = min(num_tokens, (chunk + 1) * kPartTokens);
+    for (int t = chunk * kPartTokens + static_cast<int>(threadIdx.x) / threads_per_token; t < end;
+         t += tokens_per_pass) {
+        const int64_t entry = static_cast<int64_t>(t) * top_k;
+        combineColumns<true>(entry_slot + entry, topk_weights + entry, top_k, y, out + static_cast<int64_t>(t) * hidden,
+                             hidden, col);
+    }
+    if (trace_layer != nullptr) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            traceLayerLast(trace_layer, kTraceLayerCombineEnd);
+        }
+    }
+    if (threadIdx.x == 0) {
+        sm90::gridDependencyWait();  // this grid completes after the down grid, as in a plain stream
+    }
+    sm90::launchDependents();  // after the sums: the next kernel may zero part_done
 }
 
 }  // namespace
@@ -96,6 +149,25 @@ cudaError_t launchMoeCombine(const int32_t* entry_slot, const float* topk_weight
     const cudaLaunchConfig_t config =
         pdlLaunchConfig(static_cast<unsigned>(num_tokens), kThreads, stream, programmatic, attr);
     return cudaLaunchKernelEx(&config, combineKernel, entry_slot, topk_weights, y, out, top_k, hidden, trace_layer);
+}
+
+cudaError_t launchMoeCombineByPart(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y,
+                                   uint16_t* out, int num_tokens, int top_k, int hidden, int parts,
+                                   const int32_t* part_done, const int32_t* total_items, uint64_t* trace_layer,
+                                   cudaStream_t stream, bool programmatic) {
+    if (num_tokens < 1 || parts < 1 || hidden % parts != 0) {
+        return cudaErrorInvalidValue;
+    }
+    const int part_cols = hidden / parts;
+    if (part_cols % 8 != 0 || kThreads % (part_cols / 8) != 0) {
+        return cudaErrorInvalidValue;
+    }
+    const int chunks = (num_tokens + kPartTokens - 1) / kPartTokens;
+    cudaLaunchAttribute attr[1];
+    const cudaLaunchConfig_t config =
+        pdlLaunchConfig(static_cast<unsigned>(parts * chunks), kThreads, stream, programmatic, attr);
+    return cudaLaunchKernelEx(&config, combineByPartKernel, entry_slot, topk_weights, y, out, num_tokens, top_k,
+                              hidden, part_cols, chunks, part_done, total_items, trace_layer);
 }
 
 }  // namespace afd::kernels::cuda

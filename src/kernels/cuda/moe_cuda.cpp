@@ -31,7 +31,8 @@ struct WorkspaceLayout {
     size_t combine_counters = 0;
     // [syncWords(E)]: the dynamic scheduling words (gate-up, then down), then the slot-order gather's counts [E] and
     // the gate-up CTAs done reading them [1] (GroupedGemmArgs::gathered, gathered_exit), then the gate-up items done
-    // per expert [E] and the down CTAs done reading them [1] (GroupedGemmArgs::h_ready, h_ready_exit)
+    // per expert [E] and the down CTAs done reading them [1] (GroupedGemmArgs::h_ready, h_ready_exit), then the down
+    // items done per part [kMaxCombineParts] (GroupedGemmArgs::part_done)
     size_t schedule = 0;
     size_t permute_ready = 0;  // [2] launchMoePermute's ready_words (GroupedGemmArgs::permute_ready)
     size_t entry_slot = 0;
@@ -46,7 +47,9 @@ struct WorkspaceLayout {
 constexpr int64_t kDownPerExpertEntries = 128;
 
 // Words of the workspace's schedule region (WorkspaceLayout::schedule), all zeroed by the permute stage.
-int64_t syncWords(int64_t experts) { return 2 * cuda::kScheduleWords + 2 * (experts + 1); }
+int64_t syncWords(int64_t experts) {
+    return 2 * cuda::kScheduleWords + 2 * (experts + 1) + cuda::kMaxCombineParts;
+}
 
 WorkspaceLayout workspaceLayout(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter) {
     const size_t entries = static_cast<size_t>(tokens * top_k);
@@ -254,6 +257,8 @@ struct Resolved {
     int32_t* permute_ready;
     int permute_ready_ctas;
     int32_t* combine_counters;
+    int32_t* part_done = nullptr;  // GroupedGemmArgs::part_done: the combine by part, or null
+    int parts = 0;                 // the down kernel's weight tiles (parts of the combine by part)
     int32_t* schedule;  // WorkspaceLayout::schedule: [2 * kScheduleWords] gate-up then down, gathered [E], exit [1],
                         // h_ready [E], exit [1]
 };
@@ -284,6 +289,14 @@ Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_byte
     const bool per_expert =
         options.down_per_expert && memory_bound && r.shape.tma_tokens && r.shape.cluster == 1 && !r.fused_combine;
     r.h_ready = per_expert ? r.schedule + 2 * cuda::kScheduleWords + params.num_experts + 1 : nullptr;
+    // The combine by part: one part per weight tile of the down kernel (a block of hidden rows).
+    r.parts = static_cast<int>(params.hidden / cuda::downRowsPerItem(r.shape));
+    const int64_t part_cols = params.hidden / r.parts;
+    const bool by_part = options.combine_by_part && r.h_ready != nullptr &&
+                         params.num_tokens * params.top_k <= kCombineByPartEntriesPerExpert * params.num_experts &&
+                         r.parts <= cuda::kMaxCombineParts &&
+                         part_cols % 8 == 0 && 256 % (part_cols / 8) == 0;
+    r.part_done = by_part ? r.schedule + 2 * cuda::kScheduleWords + 2 * (params.num_experts + 1) : nullptr;
     r.permute_ready_ctas = cuda::permuteChunks(static_cast<int>(params.num_tokens * params.top_k));
     r.permute_ready = options.gate_up_on_permute_words && r.gather_in_gate_up && r.permute_ready_ctas > 0
                           ? reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + l.permute_ready)
@@ -597,6 +610,7 @@ void moeDownCuda(const MoeParams& params, void* workspace, size_t workspace_byte
     args.out_ld = static_cast<int>(params.hidden);
     args.n_tiles = static_cast<int>(params.hidden / cuda::downRowsPerItem(r.shape));
     args.prefetch_before_wait = options.down_prefetch && rows > kNoDownPrefetchEntries ? 1 : 0;
+    args.part_done = r.part_done;
     if (r.fused_combine) {
         args.combine.entry_slot = r.view.entry_slot;
         args.combine.topk_weights = params.topk_weights;
@@ -621,6 +635,14 @@ void moeCombineCuda(const MoeParams& params, void* workspace, size_t workspace_b
                     const MoeCudaOptions& options) {
     const Resolved r = prepare(params, workspace, workspace_bytes, options);
     if (params.num_tokens == 0 || r.fused_combine) {
+        return;
+    }
+    if (r.part_done != nullptr) {
+        AFD_CUDA_CHECK(cuda::launchMoeCombineByPart(
+            r.view.entry_slot, params.topk_weights, reinterpret_cast<const uint16_t*>(r.view.y),
+            static_cast<uint16_t*>(params.out), static_cast<int>(params.num_tokens), static_cast<int>(params.top_k),
+            static_cast<int>(params.hidden), r.parts, r.part_done, r.view.tile_offset + params.num_experts,
+            traceLayerWords(options), asStream(stream), options.programmatic_launch));
         return;
     }
     AFD_CUDA_CHECK(cuda::launchMoeCombine(

@@ -290,9 +290,19 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                     postItemDone<L::kItemSlots, L::kRebalanceRegs>(sh.done, posted++, item.expert, wg, ctid, 1 + wg);
                 }
             }
+            if constexpr (Base::kCombinesByPart) {
+                if (args.part_done != nullptr) {  // this item's y rows are stored
+                    postItemDone<L::kItemSlots, L::kRebalanceRegs>(sh.done, posted++, item.n_tile, wg, ctid, 1 + wg);
+                }
+            }
         }
         if constexpr (kGateUp && kTmaTokens) {
             if (args.h_ready != nullptr) {  // no more items: the counting thread returns
+                postItemDone<L::kItemSlots, L::kRebalanceRegs>(sh.done, posted, -1, wg, ctid, 1 + wg);
+            }
+        }
+        if constexpr (Base::kCombinesByPart) {
+            if (args.part_done != nullptr) {
                 postItemDone<L::kItemSlots, L::kRebalanceRegs>(sh.done, posted, -1, wg, ctid, 1 + wg);
             }
         }

@@ -16,6 +16,8 @@ namespace afd::kernels::cuda::grouped_gemm {
 template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
 struct KernelCommon {
     using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
+    // The down kernels that may count their items per part for the combine by part (GroupedGemmArgs::part_done).
+    static constexpr bool kCombinesByPart = !kGateUp && kTmaTokens && kCluster == 1;
 
     struct Shared {
         uint8_t* base;
@@ -105,6 +107,11 @@ struct KernelCommon {
     // Item `it` of this CTA: with kCluster = 2, `it` numbers (expert, weight-tile pair, token tile) and the CTA
     // takes the pair's weight tile of its rank.
     __device__ __forceinline__ static Item itemAt(int it, const GroupedGemmArgs& args, const Shared& sh) {
+        if constexpr (kCombinesByPart) {
+            if (args.part_done != nullptr) {
+                return decodeItemTileMajor<kBlockTokens>(it, sh.tiles, sh.slots, sh.experts, sh.rows);
+            }
+        }
         Item item = decodeItem<kBlockTokens>(it, sh.tiles, sh.slots, sh.experts, sh.rows, args.n_tiles / kCluster);
         item.n_tile = item.n_tile * kCluster + sh.rank;
         return item;

@@ -148,6 +148,15 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                 return;
             }
         }
+        if constexpr (Base::kCombinesByPart) {
+            // Warp 3 counts the items the consumers finished per part (it takes no part in the copies).
+            if (args.part_done != nullptr && ptid >= 96) {
+                if (ptid == 96) {
+                    countItemsDone<L::kItemSlots, L::kRebalanceRegs>(sh.done, args.part_done);
+                }
+                return;
+            }
+        }
         const uint64_t token_policy = sm90::policyEvictLast();
         int prefetched = 0;
         if (ptid == 0) {

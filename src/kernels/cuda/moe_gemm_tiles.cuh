@@ -136,6 +136,36 @@ __device__ __forceinline__ Item decodeItem(int it, const int* tiles, const int* 
     return item;
 }
 
+// Item `it` of the weight-tile-major list (GroupedGemmArgs::part_done): every expert's token tiles of weight tile 0,
+// then of tile 1 … The same arrays as decodeItem.
+template <int kBlockTokens>
+__device__ __forceinline__ Item decodeItemTileMajor(int it, const int* tiles, const int* slots, const int* experts,
+                                                    int rows) {
+    const int n = it / tiles[rows];
+    const int tile = it - n * tiles[rows];
+    // The largest row whose first tile is <= tile; not an empty row (its successor would qualify).
+    int lo = 0;
+    int hi = rows - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (tiles[mid] <= tile) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    const int m_tiles = tiles[lo + 1] - tiles[lo];
+    const int count = slots[lo + 1] - slots[lo];
+    Item item;
+    item.expert = experts != nullptr ? experts[lo] : lo;
+    item.n_tile = n;
+    int first = 0;
+    expertTokenTile(count, m_tiles, tile - tiles[lo], multiTileTokens(kBlockTokens), &first, &item.ntok);
+    item.slot_base = slots[lo] + first;
+    item.expert_tiles = m_tiles;
+    return item;
+}
+
 // L2 policy of an item's weight copies: evict_first when each weight tile is read by about one item
 // (GroupedGemmArgs::weights_read_once), except, with weights_shared_per_item, for the items of an expert with several
 // token tiles, whose other tiles' items read the same weights at about the same time: evict_last, so that the

@@ -42,6 +42,11 @@ struct GroupedGemmArgs {
     int b_ld = 0;     // row stride of b_src
     int out_ld = 0;   // row stride of out
     int n_tiles = 0;  // weight-row tiles per expert
+    // Down kernel of the token-TMA single-CTA shapes, with the combine by part (MoeCudaOptions::combine_by_part;
+    // launchMoeCombineByPart): the items go weight-tile-major over every expert (all of weight tile 0's items, then
+    // tile 1's …), and each finished item is counted in part_done[its weight tile] (release), so that the combine sums
+    // each block of hidden rows once it is complete. Null: expert-major, nothing counted.
+    int32_t* part_done = nullptr;
     // At most this many token tiles (the routing entries: each tile holds one at least), so at most max_token_tiles
     // x n_tiles items: the grid is no larger, which leaves the other slots of the SMs to the next kernel (the down
     // kernel's CTAs stream their first weights beside a one-token gate-up kernel).

@@ -55,6 +55,18 @@ cudaError_t launchMoeCombine(const int32_t* entry_slot, const float* topk_weight
                              int num_tokens, int top_k, int hidden, uint64_t* trace_layer, cudaStream_t stream,
                              bool programmatic);
 
+// The same sums, block by block of hidden rows (MoeCudaOptions::combine_by_part): part p is columns [p H / parts,
+// (p + 1) H / parts), summed once part_done[p] >= *total_items (the down kernel counts each finished item of its
+// weight tile p there, GroupedGemmArgs::part_done; total_items is the permute's token-tile total). Without a
+// programmatic launch the down grid has completed first; with one, the CTAs take the SMs the down CTAs leave and sum
+// the finished parts while its last items run. (H / parts) / 8 must divide 256.
+cudaError_t launchMoeCombineByPart(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y,
+                                   uint16_t* out, int num_tokens, int top_k, int hidden, int parts,
+                                   const int32_t* part_done, const int32_t* total_items, uint64_t* trace_layer,
+                                   cudaStream_t stream, bool programmatic);
+// Most parts of the combine by part (words of the workspace's part_done).
+inline constexpr int kMaxCombineParts = 32;
+
 // Router (router.cu): logits = x . gate_w^T (bf16 tensor cores, fp32 accumulation, the reduction split over CTAs
 // into partial sums in `workspace`), softmax, top-k, optional renormalisation. x [T, H] bf16, gate_w [E, H] bf16,
 // logits [T, E] fp32 (may be null), topk_ids/topk_weights [T, K], workspace routerWorkspaceBytes(T, H, E) bytes.
