@@ -94,19 +94,33 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Tokens per CTA of the combine by part.
-constexpr int kPartTokens = 16;
-
-// The combine by part (launchMoeCombineByPart): CTA c sums columns [part * part_cols, (part + 1) * part_cols) of
-// tokens [chunk * kPartTokens, + kPartTokens), part = c / chunks, once the down kernel has counted every item of that
-// part (part_done[part] >= *total_items; thread 0 acquires, the CTA barrier orders the other threads' reads of y
-// after it). No thread waits for the down grid before its sums: the CTAs take the SMs the down CTAs leave and sum the
-// blocks finished first while the last items run. part_cols / 8 threads per token.
+// The combine by part (launchMoeCombineByPart): part_cols / 8 threads per token, one pass of kThreads threads per CTA:
+// CTA c sums columns [part * part_cols, (part + 1) * part_cols) of its kThreads / (part_cols / 8) tokens, part =
+// c / chunks, once the down kernel has counted every item of that part (part_done[part] >= *total_items; thread 0
+// acquires, the CTA barrier orders the other threads' reads of y after it). No thread waits for the down grid before
+// its sums: the CTAs take the SMs the down CTAs leave and sum the blocks finished first while the last items run. The
+// tokens' slots and weights do not depend on the down kernel: they are read before the wait, so that the last part,
+// summed after the down kernel's last item, costs one round trip of y's rows (up to kBatch entries; more are read
+// after it).
 __global__ void __launch_bounds__(kThreads)
     combineByPartKernel(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, uint16_t* out,
                         int num_tokens, int top_k, int hidden, int part_cols, int chunks, const int32_t* part_done,
                         const int32_t* total_items, uint64_t* trace_layer) {
     const int part = static_cast<int>(blockIdx.x) / chunks;
     const int chunk = static_cast<int>(blockIdx.x) - part * chunks;
+    const int threads_per_token = part_cols / 8;
+    const int t = chunk * (kThreads / threads_per_token) + static_cast<int>(threadIdx.x) / threads_per_token;
+    const int col = part * part_cols + (static_cast<int>(threadIdx.x) % threads_per_token) * 8;
+    const bool active = t < num_tokens;
+    const bool preloaded = top_k <= kBatch;
+    const int64_t entry = static_cast<int64_t>(t) * top_k;
+    int slot[kBatch];
+    float weight[kBatch];
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+        slot[q] = active && preloaded && q < top_k ? __ldg(entry_slot + entry + q) : -1;
+        weight[q] = slot[q] >= 0 ? __ldg(topk_weights + entry + q) : 0.0f;
+    }
     if (threadIdx.x == 0) {
         traceLayerFirst(trace_layer, kTraceLayerCombineEntry);
         // NOTE: the item count comes from the permute stage, whose grid completed before any gate-up CTA left its
@@ -115,13 +129,29 @@ __global__ void __launch_bounds__(kThreads)
         traceLayerFirst(trace_layer, kTraceLayerCombineStart);
     }
     __syncthreads();
-    const int threads_per_token = part_cols / 8;
-    const int tokens_per_pass = kThreads / threads_per_token;
-    const int col = part * part_cols + (static_cast<int>(threadIdx.x) % threads_per_token) * 8;
-    const int end = min(num_tokens, (chunk + 1) * kPartTokens);
-    for (int t = chunk * kPartTokens + static_cast<int>(threadIdx.x) / threads_per_token; t < end;
-         t += tokens_per_pass) {
-        const int64_t entry = static_cast<int64_t>(t) * top_k;
+    if (active && preloaded) {
+        // As combineColumns: entry order, fp32, rounded once.
+        uint4 packed[kBatch];
+#pragma unroll
+        for (int q = 0; q < kBatch; ++q) {
+            if (slot[q] >= 0) {
+                packed[q] = __ldcg(reinterpret_cast<const uint4*>(y + static_cast<int64_t>(slot[q]) * hidden + col));
+            }
+        }
+        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int q = 0; q < kBatch; ++q) {
+            if (slot[q] >= 0) {
+                accumulate(acc, packed[q], weight[q]);
+            }
+        }
+        uint4 result;
+        result.x = packBf16(acc[0], acc[1]);
+        result.y = packBf16(acc[2], acc[3]);
+        result.z = packBf16(acc[4], acc[5]);
+        result.w = packBf16(acc[6], acc[7]);
+        *reinterpret_cast<uint4*>(out + static_cast<int64_t>(t) * hidden + col) = result;
+    } else if (active) {
         combineColumns<true>(entry_slot + entry, topk_weights + entry, top_k, y, out + static_cast<int64_t>(t) * hidden,
                              hidden, col);
     }
@@ -162,7 +192,8 @@ cudaError_t launchMoeCombineByPart(const int32_t* entry_slot, const float* topk_
     if (part_cols % 8 != 0 || kThreads % (part_cols / 8) != 0) {
         return cudaErrorInvalidValue;
     }
-    const int chunks = (num_tokens + kPartTokens - 1) / kPartTokens;
+    const int tokens_per_cta = kThreads / (part_cols / 8);
+    const int chunks = (num_tokens + tokens_per_cta - 1) / tokens_per_cta;
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t config =
         pdlLaunchConfig(static_cast<unsigned>(parts * chunks), kThreads, stream, programmatic, attr);
