@@ -291,11 +291,11 @@ Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_byte
     r.h_ready = per_expert ? r.schedule + 2 * cuda::kScheduleWords + params.num_experts + 1 : nullptr;
     // The combine by part: one part per weight tile of the down kernel (a block of hidden rows).
     r.parts = static_cast<int>(params.hidden / cuda::downRowsPerItem(r.shape));
-    const int64_t part_cols = params.hidden / r.parts;
+    const int64_t part_cols = r.parts > 0 ? params.hidden / r.parts : 0;
     const bool by_part = options.combine_by_part && r.h_ready != nullptr &&
                          params.num_tokens * params.top_k <= kCombineByPartEntriesPerExpert * params.num_experts &&
-                         r.parts <= cuda::kMaxCombineParts &&
-                         part_cols % 8 == 0 && 256 % (part_cols / 8) == 0;
+                         r.parts >= 1 && r.parts <= cuda::kMaxCombineParts && part_cols >= 8 && part_cols % 8 == 0 &&
+                         256 % (part_cols / 8) == 0;
     r.part_done = by_part ? r.schedule + 2 * cuda::kScheduleWords + 2 * (params.num_experts + 1) : nullptr;
     r.permute_ready_ctas = cuda::permuteChunks(static_cast<int>(params.num_tokens * params.top_k));
     r.permute_ready = options.gate_up_on_permute_words && r.gather_in_gate_up && r.permute_ready_ctas > 0
