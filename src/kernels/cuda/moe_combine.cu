@@ -197,8 +197,8 @@ cudaError_t launchMoeCombineByPart(const int32_t* entry_slot, const float* topk_
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t config =
         pdlLaunchConfig(static_cast<unsigned>(parts * chunks), kThreads, stream, programmatic, attr);
-    return cudaLaunchKernelEx(&config, combineByPartKernel, entry_slot, topk_weights, y, out, num_tokens, top_k,
-                              hidden, part_cols, chunks, part_done, total_items, trace_layer);
+    return cudaLaunchKernelEx(&config, combineByPartKernel, entry_slot, topk_weights, y, out, num_tokens, top_k, hidden,
+                              part_cols, chunks, part_done, total_items, trace_layer);
 }
 
 }  // namespace afd::kernels::cuda

@@ -47,9 +47,7 @@ struct WorkspaceLayout {
 constexpr int64_t kDownPerExpertEntries = 128;
 
 // Words of the workspace's schedule region (WorkspaceLayout::schedule), all zeroed by the permute stage.
-int64_t syncWords(int64_t experts) {
-    return 2 * cuda::kScheduleWords + 2 * (experts + 1) + cuda::kMaxCombineParts;
-}
+int64_t syncWords(int64_t experts) { return 2 * cuda::kScheduleWords + 2 * (experts + 1) + cuda::kMaxCombineParts; }
 
 WorkspaceLayout workspaceLayout(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter) {
     const size_t entries = static_cast<size_t>(tokens * top_k);
