@@ -179,6 +179,21 @@ inline constexpr size_t kMoeTraceWords = kMoeTraceLayerOffset + kMoeTraceLayerWo
 // The tile configuration moeForwardCuda uses for these params and options (never kAuto).
 MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions& options);
 
+// Which of the MoeCudaOptions paths moeForwardCuda takes for these params (each option applies only where its shape
+// and batch allow it): what the FFN rank and the benchmark run, and what the tests hold the rules to.
+struct MoeCudaPlan {
+    MoeTileConfig tile = MoeTileConfig::kAuto;  // resolveMoeTileConfig
+    bool fused_routing = false;                 // the GEMM kernels route; no permute kernel
+    bool fused_combine = false;                 // the down kernel combines; no combine kernel
+    bool dynamic_schedule = false;
+    bool slot_gather = false;
+    bool gather_in_gate_up = false;         // the gate-up kernel gathers its own token rows
+    bool down_per_expert = false;           // each down item waits only for its expert's gate-up items
+    int combine_parts = 0;                  // the combine by part's blocks of hidden rows; 0: not by part
+    bool gate_up_on_permute_words = false;  // the gate-up kernel starts on the scatter kernel's words
+};
+MoeCudaPlan planMoeCuda(const MoeParams& params, const MoeCudaOptions& options);
+
 // The expert weights of one layer in the layout the grouped GEMMs stream (MoeParams::w13 and w2 of every function
 // below): blocks of 64 weight rows x 64 reduction columns, each block 8 KB of contiguous memory, the blocks of one
 // k-block unit after unit, so that a grouped GEMM stage is one run of memory (moe_pack_weights.cu has the index map).

@@ -587,6 +587,76 @@ TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
     }
 }
 
+// The paths moeForwardCuda takes at the Qwen3-30B-A3B shapes (no device needed): each option applies only where its
+// rule allows it, and turning an option off turns its path off.
+TEST(MoeCudaTest, PlanFollowsTheOptionsRules) {
+    MoeParams p = validParams();
+    p.hidden = 2048;
+    p.inter = 768;
+    p.num_experts = 128;
+    p.top_k = 8;
+    const MoeCudaOptions defaults;
+    p.num_tokens = 1;  // 8 entries: the GEMM kernels route, the down kernel combines
+    MoeCudaPlan plan = planMoeCuda(p, defaults);
+    EXPECT_EQ(plan.tile, MoeTileConfig::kTiny8);
+    EXPECT_TRUE(plan.fused_routing);
+    EXPECT_TRUE(plan.fused_combine);
+    EXPECT_FALSE(plan.down_per_expert);
+    EXPECT_EQ(plan.combine_parts, 0);
+
+    p.num_tokens = 1024;  // 64 entries per expert: tall128 with every token-TMA path, the combine by 8 blocks
+    plan = planMoeCuda(p, defaults);
+    EXPECT_EQ(plan.tile, MoeTileConfig::kTall128);
+    EXPECT_FALSE(plan.fused_routing);
+    EXPECT_FALSE(plan.fused_combine);
+    EXPECT_TRUE(plan.dynamic_schedule);
+    EXPECT_TRUE(plan.slot_gather);
+    EXPECT_TRUE(plan.gather_in_gate_up);
+    EXPECT_TRUE(plan.down_per_expert);
+    EXPECT_EQ(plan.combine_parts, 8);
+    EXPECT_TRUE(plan.gate_up_on_permute_words);
+
+    p.num_tokens = 512;  // wide128 streams beside the gather kernel: it neither gathers nor starts on the words
+    plan = planMoeCuda(p, defaults);
+    EXPECT_EQ(plan.tile, MoeTileConfig::kWide128);
+    EXPECT_FALSE(plan.gather_in_gate_up);
+    EXPECT_FALSE(plan.gate_up_on_permute_words);
+    EXPECT_EQ(plan.combine_parts, 16);  // 128 hidden rows per down item
+
+    p.num_tokens = 2048;  // 128 entries per expert: down per expert, the combine after the down grid
+    plan = planMoeCuda(p, defaults);
+    EXPECT_TRUE(plan.down_per_expert);
+    EXPECT_EQ(plan.combine_parts, 0);
+
+    p.num_tokens = 4096;  // compute-bound: the down kernel waits for the gate-up grid
+    plan = planMoeCuda(p, defaults);
+    EXPECT_FALSE(plan.down_per_expert);
+    EXPECT_EQ(plan.combine_parts, 0);
+    EXPECT_TRUE(plan.gate_up_on_permute_words);
+
+    p.num_tokens = 1024;
+    MoeCudaOptions off;
+    off.combine_by_part = false;
+    EXPECT_EQ(planMoeCuda(p, off).combine_parts, 0);
+    off = MoeCudaOptions{};
+    off.down_per_expert = false;  // the combine by part needs the down kernel per expert
+    plan = planMoeCuda(p, off);
+    EXPECT_FALSE(plan.down_per_expert);
+    EXPECT_EQ(plan.combine_parts, 0);
+    off = MoeCudaOptions{};
+    off.gate_up_on_permute_words = false;
+    EXPECT_FALSE(planMoeCuda(p, off).gate_up_on_permute_words);
+    off = MoeCudaOptions{};
+    off.slot_gather = false;
+    plan = planMoeCuda(p, off);
+    EXPECT_FALSE(plan.slot_gather);
+    EXPECT_FALSE(plan.gather_in_gate_up);
+    EXPECT_FALSE(plan.gate_up_on_permute_words);
+    off = MoeCudaOptions{};
+    off.dynamic_schedule = false;
+    EXPECT_FALSE(planMoeCuda(p, off).dynamic_schedule);
+}
+
 TEST(MoeCudaTest, RejectsPairConfigWhenTheShapeDoesNotSplitInPairs) {
     MoeParams p = validParams();
     p.hidden = 128 * 3;

@@ -262,41 +262,26 @@ struct Resolved {
 };
 
 Resolved prepare(const MoeParams& params, void* workspace, size_t workspace_bytes, const MoeCudaOptions& options) {
-    checkMoeParams(params);
+    const MoeCudaPlan plan = planMoeCuda(params, options);
     Resolved r;
-    r.config = resolveMoeTileConfig(params, options);
+    r.config = plan.tile;
     r.shape = cuda::tileShape(r.config);
     r.view = moeWorkspaceView(params, workspace, workspace_bytes);
-    r.fused_routing = options.fuse_small_routing && !r.shape.tma_tokens &&
-                      params.num_tokens * params.top_k <= cuda::kFusedRoutingEntries;
-    r.fused_combine = params.num_tokens * params.top_k <=
-                      std::min<int64_t>(options.fused_combine_entries, cuda::kFusedCombineEntries);
+    r.fused_routing = plan.fused_routing;
+    r.fused_combine = plan.fused_combine;
     const WorkspaceLayout l =
         workspaceLayout(params.num_tokens, params.top_k, params.num_experts, params.hidden, params.inter);
     r.combine_counters = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + l.combine_counters);
-    r.dynamic = options.dynamic_schedule && r.shape.tma_tokens;
+    r.dynamic = plan.dynamic_schedule;
     r.schedule = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + l.schedule);
-    // The gate-up kernels that stream beside the gather (moe_gemm_tiles.cuh, kStreamsBesideGather): wide128 with its
-    // prefetch. The other token-TMA kernels cannot share an SM with the gather kernel's CTAs: they gather their rows
-    // themselves.
-    r.slot_gather = options.slot_gather && r.shape.tma_tokens;
-    r.gather_in_gate_up = r.slot_gather && !(options.gate_up_prefetch && r.config == MoeTileConfig::kWide128);
-    // Memory-bound batches only (at most kDownPerExpertEntries routing entries per expert on average): at T = 16384
-    // the down items beside the gate-up kernel's last ones (and its gather in two warps, not three) were 2-5 % slower.
-    const bool memory_bound = params.num_tokens * params.top_k <= kDownPerExpertEntries * params.num_experts;
-    const bool per_expert =
-        options.down_per_expert && memory_bound && r.shape.tma_tokens && r.shape.cluster == 1 && !r.fused_combine;
-    r.h_ready = per_expert ? r.schedule + 2 * cuda::kScheduleWords + params.num_experts + 1 : nullptr;
-    // The combine by part: one part per weight tile of the down kernel (a block of hidden rows).
-    r.parts = static_cast<int>(params.hidden / cuda::downRowsPerItem(r.shape));
-    const int64_t part_cols = r.parts > 0 ? params.hidden / r.parts : 0;
-    const bool by_part = options.combine_by_part && r.h_ready != nullptr &&
-                         params.num_tokens * params.top_k <= kCombineByPartEntriesPerExpert * params.num_experts &&
-                         r.parts >= 1 && r.parts <= cuda::kMaxCombineParts && part_cols >= 8 && part_cols % 8 == 0 &&
-                         256 % (part_cols / 8) == 0;
-    r.part_done = by_part ? r.schedule + 2 * cuda::kScheduleWords + 2 * (params.num_experts + 1) : nullptr;
+    r.slot_gather = plan.slot_gather;
+    r.gather_in_gate_up = plan.gather_in_gate_up;
+    r.h_ready = plan.down_per_expert ? r.schedule + 2 * cuda::kScheduleWords + params.num_experts + 1 : nullptr;
+    r.parts = plan.combine_parts;
+    r.part_done =
+        plan.combine_parts > 0 ? r.schedule + 2 * cuda::kScheduleWords + 2 * (params.num_experts + 1) : nullptr;
     r.permute_ready_ctas = cuda::permuteChunks(static_cast<int>(params.num_tokens * params.top_k));
-    r.permute_ready = options.gate_up_on_permute_words && r.gather_in_gate_up && r.permute_ready_ctas > 0
+    r.permute_ready = plan.gate_up_on_permute_words
                           ? reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + l.permute_ready)
                           : nullptr;
     return r;
@@ -478,6 +463,39 @@ MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions
         config = MoeTileConfig::kSmall128;
     }
     return config;
+}
+
+MoeCudaPlan planMoeCuda(const MoeParams& params, const MoeCudaOptions& options) {
+    checkMoeParams(params);
+    MoeCudaPlan plan;
+    plan.tile = resolveMoeTileConfig(params, options);
+    const cuda::TileShape shape = cuda::tileShape(plan.tile);
+    const int64_t entries = params.num_tokens * params.top_k;
+    plan.fused_routing = options.fuse_small_routing && !shape.tma_tokens && entries <= cuda::kFusedRoutingEntries;
+    plan.fused_combine = entries <= std::min<int64_t>(options.fused_combine_entries, cuda::kFusedCombineEntries);
+    plan.dynamic_schedule = options.dynamic_schedule && shape.tma_tokens;
+    // The gate-up kernels that stream beside the gather (moe_gemm_tiles.cuh, kStreamsBesideGather): wide128 with its
+    // prefetch. The other token-TMA kernels cannot share an SM with the gather kernel's CTAs: they gather their rows
+    // themselves.
+    plan.slot_gather = options.slot_gather && shape.tma_tokens;
+    plan.gather_in_gate_up = plan.slot_gather && !(options.gate_up_prefetch && plan.tile == MoeTileConfig::kWide128);
+    // Memory-bound batches only (at most kDownPerExpertEntries routing entries per expert on average): at T = 16384
+    // the down items beside the gate-up kernel's last ones (and its gather in two warps, not three) were 2-5 % slower.
+    const bool memory_bound = entries <= kDownPerExpertEntries * params.num_experts;
+    plan.down_per_expert =
+        options.down_per_expert && memory_bound && shape.tma_tokens && shape.cluster == 1 && !plan.fused_combine;
+    // The combine by part: one part per weight tile of the down kernel (a block of hidden rows), whose columns the
+    // combine's CTAs split into 8-column pieces of whole tokens (launchMoeCombineByPart's rule).
+    const int64_t parts = params.hidden / cuda::downRowsPerItem(shape);
+    const int64_t part_cols = parts > 0 ? params.hidden / parts : 0;
+    const bool by_part = options.combine_by_part && plan.down_per_expert &&
+                         entries <= kCombineByPartEntriesPerExpert * params.num_experts && parts >= 1 &&
+                         parts <= cuda::kMaxCombineParts && part_cols >= 8 && part_cols % 8 == 0 &&
+                         256 % (part_cols / 8) == 0;
+    plan.combine_parts = by_part ? static_cast<int>(parts) : 0;
+    plan.gate_up_on_permute_words = options.gate_up_on_permute_words && plan.gather_in_gate_up &&
+                                    cuda::permuteChunks(static_cast<int>(entries)) > 0;
+    return plan;
 }
 
 MoePackedWeightBytes moePackedWeightBytes(int64_t num_experts, int64_t hidden, int64_t inter) {
