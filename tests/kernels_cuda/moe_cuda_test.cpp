@@ -559,12 +559,18 @@ TEST(MoeCudaTest, RejectsWideConfigWhenInterIsNotMultipleOf64) {
     EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall128);
 }
 
-TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
+// validParams at the Qwen3-30B-A3B layer's shapes (E = 128, top-8, H = 2048, I = 768); set num_tokens.
+MoeParams qwen3Layer() {
     MoeParams p = validParams();
     p.hidden = 2048;
     p.inter = 768;
     p.num_experts = 128;
     p.top_k = 8;
+    return p;
+}
+
+TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
+    MoeParams p = qwen3Layer();
     const std::pair<int64_t, MoeTileConfig> expected[] = {
         {1, MoeTileConfig::kTiny8},       {2, MoeTileConfig::kTiny8},      {3, MoeTileConfig::kSmall16},
         {64, MoeTileConfig::kSmall16},    {256, MoeTileConfig::kSmall64},  {272, MoeTileConfig::kWide128},
@@ -590,11 +596,7 @@ TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
 // The paths moeForwardCuda takes at the Qwen3-30B-A3B shapes (no device needed): each option applies only where its
 // rule allows it, and turning an option off turns its path off.
 TEST(MoeCudaTest, PlanFollowsTheOptionsRules) {
-    MoeParams p = validParams();
-    p.hidden = 2048;
-    p.inter = 768;
-    p.num_experts = 128;
-    p.top_k = 8;
+    MoeParams p = qwen3Layer();
     const MoeCudaOptions defaults;
     p.num_tokens = 1;  // 8 entries: the GEMM kernels route, the down kernel combines
     MoeCudaPlan plan = planMoeCuda(p, defaults);

@@ -93,7 +93,6 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-// Tokens per CTA of the combine by part.
 // The combine by part (launchMoeCombineByPart): part_cols / 8 threads per token, one pass of kThreads threads per CTA:
 // CTA c sums columns [part * part_cols, (part + 1) * part_cols) of its kThreads / (part_cols / 8) tokens, part =
 // c / chunks, once the down kernel has counted every item of that part (part_done[part] >= *total_items; thread 0
