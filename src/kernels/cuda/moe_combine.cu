@@ -31,10 +31,33 @@ __device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
     return l | (h << 16);
 }
 
+// y[slot[q], col .. col + 8) for the kBatch slots (-1: not read), all loads issued before any is used. kFromL2: y is
+// being written by a kernel still running (read at L2, ld.global.cg).
+template <bool kFromL2>
+__device__ __forceinline__ void loadRows(const int (&slot)[kBatch], const uint16_t* y, int hidden, int col,
+                                         uint4 (&packed)[kBatch]) {
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+        if (slot[q] >= 0) {
+            const auto* src = reinterpret_cast<const uint4*>(y + static_cast<int64_t>(slot[q]) * hidden + col);
+            packed[q] = kFromL2 ? __ldcg(src) : *src;
+        }
+    }
+}
+
+// out[0 .. 8) = the fp32 sums, rounded to bf16 once.
+__device__ __forceinline__ void storeSum(const float (&acc)[8], uint16_t* out) {
+    uint4 result;
+    result.x = packBf16(acc[0], acc[1]);
+    result.y = packBf16(acc[2], acc[3]);
+    result.z = packBf16(acc[4], acc[5]);
+    result.w = packBf16(acc[6], acc[7]);
+    *reinterpret_cast<uint4*>(out) = result;
+}
+
 // out[t, col .. col + 8) = sum over t's served entries of topk_weight * y[slot, col .. col + 8), in fp32 in entry
 // order, rounded to bf16 once. kBatch entries' rows are loaded before any is summed (the sum stays in entry order),
-// so each thread has that many 16-byte reads of y in flight rather than one. kFromL2: y is being written by a kernel
-// still running (read at L2, ld.global.cg).
+// so each thread has that many 16-byte reads of y in flight rather than one.
 template <bool kFromL2>
 __device__ __forceinline__ void combineColumns(const int32_t* slots, const float* weights, int top_k, const uint16_t* y,
                                                uint16_t* out_row, int hidden, int col) {
@@ -46,13 +69,7 @@ __device__ __forceinline__ void combineColumns(const int32_t* slots, const float
         for (int q = 0; q < kBatch; ++q) {
             slot[q] = j0 + q < top_k ? __ldg(slots + j0 + q) : -1;
         }
-#pragma unroll
-        for (int q = 0; q < kBatch; ++q) {
-            if (slot[q] >= 0) {
-                const auto* src = reinterpret_cast<const uint4*>(y + static_cast<int64_t>(slot[q]) * hidden + col);
-                packed[q] = kFromL2 ? __ldcg(src) : *src;
-            }
-        }
+        loadRows<kFromL2>(slot, y, hidden, col, packed);
 #pragma unroll
         for (int q = 0; q < kBatch; ++q) {
             if (slot[q] >= 0) {
@@ -60,12 +77,7 @@ __device__ __forceinline__ void combineColumns(const int32_t* slots, const float
             }
         }
     }
-    uint4 result;
-    result.x = packBf16(acc[0], acc[1]);
-    result.y = packBf16(acc[2], acc[3]);
-    result.z = packBf16(acc[4], acc[5]);
-    result.w = packBf16(acc[6], acc[7]);
-    *reinterpret_cast<uint4*>(out_row + col) = result;
+    storeSum(acc, out_row + col);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -131,12 +143,7 @@ __global__ void __launch_bounds__(kThreads)
     if (active && preloaded) {
         // As combineColumns: entry order, fp32, rounded once.
         uint4 packed[kBatch];
-#pragma unroll
-        for (int q = 0; q < kBatch; ++q) {
-            if (slot[q] >= 0) {
-                packed[q] = __ldcg(reinterpret_cast<const uint4*>(y + static_cast<int64_t>(slot[q]) * hidden + col));
-            }
-        }
+        loadRows<true>(slot, y, hidden, col, packed);
         float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int q = 0; q < kBatch; ++q) {
@@ -144,12 +151,7 @@ __global__ void __launch_bounds__(kThreads)
                 accumulate(acc, packed[q], weight[q]);
             }
         }
-        uint4 result;
-        result.x = packBf16(acc[0], acc[1]);
-        result.y = packBf16(acc[2], acc[3]);
-        result.z = packBf16(acc[4], acc[5]);
-        result.w = packBf16(acc[6], acc[7]);
-        *reinterpret_cast<uint4*>(out + static_cast<int64_t>(t) * hidden + col) = result;
+        storeSum(acc, out + static_cast<int64_t>(t) * hidden + col);
     } else if (active) {
         combineColumns<true>(entry_slot + entry, topk_weights + entry, top_k, y, out + static_cast<int64_t>(t) * hidden,
                              hidden, col);
