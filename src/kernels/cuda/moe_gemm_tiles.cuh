@@ -105,35 +105,46 @@ struct Item {
     int expert_tiles;  // token tiles of the expert
 };
 
-// Item `it` of the expert-major list. tiles/slots [rows + 1] are the shared-memory copies of tile_offset /
-// slot_offset (rows = E, experts = null), or the compact rows of fusedRoutingWarp (row r is expert experts[r]).
-template <int kBlockTokens>
-__device__ __forceinline__ Item decodeItem(int it, const int* tiles, const int* slots, const int* experts, int rows,
-                                           int n_tiles) {
-    // The largest row whose first item is <= it; it cannot be an empty row (its successor would qualify).
+// The largest row r of tiles[0 .. rows) whose first item tiles[r] * scale is <= value; it cannot be an empty row (its
+// successor would qualify).
+__device__ __forceinline__ int rowAtOrBelow(const int* tiles, int rows, int value, int scale) {
     int lo = 0;
     int hi = rows - 1;
     while (lo < hi) {
         const int mid = (lo + hi + 1) >> 1;
-        if (tiles[mid] * n_tiles <= it) {
+        if (tiles[mid] * scale <= value) {
             lo = mid;
         } else {
             hi = mid - 1;
         }
     }
-    const int local = it - tiles[lo] * n_tiles;
-    const int m_tiles = tiles[lo + 1] - tiles[lo];
-    const int n = local / m_tiles;
-    const int m = local - n * m_tiles;
-    const int count = slots[lo + 1] - slots[lo];
+    return lo;
+}
+
+// The item of row `row`'s weight tile n and token tile m (of its m_tiles).
+template <int kBlockTokens>
+__device__ __forceinline__ Item rowItem(int row, int n, int m, int m_tiles, const int* slots, const int* experts) {
+    const int count = slots[row + 1] - slots[row];
     Item item;
-    item.expert = experts != nullptr ? experts[lo] : lo;
+    item.expert = experts != nullptr ? experts[row] : row;
     item.n_tile = n;
     int first = 0;
     expertTokenTile(count, m_tiles, m, multiTileTokens(kBlockTokens), &first, &item.ntok);
-    item.slot_base = slots[lo] + first;
+    item.slot_base = slots[row] + first;
     item.expert_tiles = m_tiles;
     return item;
+}
+
+// Item `it` of the expert-major list. tiles/slots [rows + 1] are the shared-memory copies of tile_offset /
+// slot_offset (rows = E, experts = null), or the compact rows of fusedRoutingWarp (row r is expert experts[r]).
+template <int kBlockTokens>
+__device__ __forceinline__ Item decodeItem(int it, const int* tiles, const int* slots, const int* experts, int rows,
+                                           int n_tiles) {
+    const int lo = rowAtOrBelow(tiles, rows, it, n_tiles);
+    const int local = it - tiles[lo] * n_tiles;
+    const int m_tiles = tiles[lo + 1] - tiles[lo];
+    const int n = local / m_tiles;
+    return rowItem<kBlockTokens>(lo, n, local - n * m_tiles, m_tiles, slots, experts);
 }
 
 // Item `it` of the weight-tile-major list (GroupedGemmArgs::part_done): every expert's token tiles of weight tile 0,
@@ -143,27 +154,9 @@ __device__ __forceinline__ Item decodeItemTileMajor(int it, const int* tiles, co
                                                     int rows) {
     const int n = it / tiles[rows];
     const int tile = it - n * tiles[rows];
-    // The largest row whose first tile is <= tile; not an empty row (its successor would qualify).
-    int lo = 0;
-    int hi = rows - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if (tiles[mid] <= tile) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
+    const int lo = rowAtOrBelow(tiles, rows, tile, 1);
     const int m_tiles = tiles[lo + 1] - tiles[lo];
-    const int count = slots[lo + 1] - slots[lo];
-    Item item;
-    item.expert = experts != nullptr ? experts[lo] : lo;
-    item.n_tile = n;
-    int first = 0;
-    expertTokenTile(count, m_tiles, tile - tiles[lo], multiTileTokens(kBlockTokens), &first, &item.ntok);
-    item.slot_base = slots[lo] + first;
-    item.expert_tiles = m_tiles;
-    return item;
+    return rowItem<kBlockTokens>(lo, n, tile - tiles[lo], m_tiles, slots, experts);
 }
 
 // L2 policy of an item's weight copies: evict_first when each weight tile is read by about one item
