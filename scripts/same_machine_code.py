@@ -22,13 +22,19 @@ import io
 import shutil
 
 
+def fail(message):
+    """A usage or compile error: the message on stderr, exit status 2 (1 means a cubin differs)."""
+    sys.stderr.write(f"same_machine_code: {message}\n")
+    sys.exit(2)
+
+
 def cuda_commands(build_dir):
     path = os.path.join(build_dir, "compile_commands.json")
     try:
         with open(path) as f:
             entries = json.load(f)
     except OSError as e:
-        sys.exit(f"same_machine_code: cannot read {path} ({e.strerror}); configure the build first (scripts/dev.sh build)")
+        fail(f"cannot read {path} ({e.strerror}); configure the build first (scripts/dev.sh build)")
     return {e["file"]: e for e in entries if e["file"].endswith(".cu")}
 
 
@@ -70,7 +76,7 @@ def main():
         wanted = {os.path.realpath(f) for f in opts.files}
         commands = {f: e for f, e in commands.items() if os.path.realpath(f) in wanted}
         if len(commands) != len(wanted):
-            sys.exit("same_machine_code: some files are not CUDA sources of this build")
+            fail("some files are not CUDA sources of this build")
 
     # Both trees are compiled from the same path: nvcc names anonymous-namespace kernels after the source's path, so
     # the same code from two folders gives cubins that differ in their symbol names.
@@ -78,7 +84,7 @@ def main():
         tree = os.path.join(tmp, "tree")
         archive = subprocess.run(["git", "archive", opts.rev, "src"], cwd=repo_root, capture_output=True)
         if archive.returncode != 0:
-            sys.exit(f"same_machine_code: git archive {opts.rev} failed: {archive.stderr.decode().strip()}")
+            fail(f"git archive {opts.rev} failed: {archive.stderr.decode().strip()}")
         cubins = {}
         for label in ("work", "base"):
             shutil.rmtree(tree, ignore_errors=True)
@@ -97,7 +103,7 @@ def main():
                                      capture_output=True, text=True)
                 if run.returncode != 0:
                     sys.stderr.write(run.stderr)
-                    sys.exit(f"same_machine_code: {name} does not compile ({label})")
+                    fail(f"{name} does not compile ({label})")
                 with open(out, "rb") as f:
                     cubins[(label, name)] = f.read()
 
