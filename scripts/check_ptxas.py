@@ -11,13 +11,13 @@ compile_commands.json with `-Xptxas -v` and fails when any kernel reports C7507,
     check_ptxas.py BUILD_DIR [--pattern moe_gemm_]
 """
 import argparse
-import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 import tempfile
+
+from compile_commands import CompileCommandsError, cuda_entries, entry_args
 
 FLAGGED = re.compile(r"\((C7507|C7512)\)")
 SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -27,7 +27,7 @@ FUNCTION = re.compile(r"(?:Compiling entry function|Function properties for) '?(
 
 def check(entry, workdir):
     """Problems ptxas reports for one compile command, as text lines naming the function."""
-    args = shlex.split(entry["command"]) if "command" in entry else list(entry["arguments"])
+    args = entry_args(entry)
     out = os.path.join(workdir, "check.o")
     if "-o" in args:
         args[args.index("-o") + 1] = out
@@ -57,16 +57,14 @@ def main():
     parser.add_argument("build_dir")
     parser.add_argument("--pattern", default="moe_gemm_", help="compile units whose file name contains this")
     args = parser.parse_args()
-    path = os.path.join(args.build_dir, "compile_commands.json")
     try:
-        with open(path) as f:
-            entries = [e for e in json.load(f) if args.pattern in os.path.basename(e["file"]) and
-                       e["file"].endswith(".cu")]
-    except (OSError, ValueError) as e:
-        print(f"check_ptxas: cannot read {path}: {e}")
+        entries = [e for e in cuda_entries(args.build_dir) if args.pattern in os.path.basename(e["file"])]
+    except CompileCommandsError as e:
+        print(f"check_ptxas: {e}")
         return 2
     if not entries:
-        print(f"check_ptxas: no .cu compile units matching '{args.pattern}' in {path}")
+        print(f"check_ptxas: no .cu compile units matching '{args.pattern}' in "
+              f"{os.path.join(args.build_dir, 'compile_commands.json')}")
         return 2
     failed = 0
     with tempfile.TemporaryDirectory() as workdir:

@@ -11,15 +11,15 @@ Usage: scripts/same_machine_code.py [--build build] [--rev HEAD] [FILE.cu ...]
 Exit status 0 when every compared cubin is identical, 1 when one differs, 2 on a usage or compile error.
 """
 import argparse
-import json
+import io
 import os
-import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
-import io
-import shutil
+
+from compile_commands import CompileCommandsError, cuda_entries, entry_args
 
 
 def fail(message):
@@ -29,18 +29,15 @@ def fail(message):
 
 
 def cuda_commands(build_dir):
-    path = os.path.join(build_dir, "compile_commands.json")
     try:
-        with open(path) as f:
-            entries = json.load(f)
-    except OSError as e:
-        fail(f"cannot read {path} ({e.strerror}); configure the build first (scripts/dev.sh build)")
-    return {e["file"]: e for e in entries if e["file"].endswith(".cu")}
+        return {e["file"]: e for e in cuda_entries(build_dir)}
+    except CompileCommandsError as e:
+        fail(f"{e}; configure the build first (scripts/dev.sh build)")
 
 
 def cubin_command(entry, repo_root, tree_root, out):
     """The entry's nvcc command, reading sources and headers from tree_root, writing a cubin without line info."""
-    args = shlex.split(entry["command"])
+    args = entry_args(entry)
     result = []
     skip = False
     for a in args:
@@ -69,8 +66,10 @@ def main():
     parser.add_argument("files", nargs="*", help="CUDA sources to compare (default: every one the build compiles)")
     opts = parser.parse_args()
 
-    repo_root = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                               check=True).stdout.strip()
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    if top.returncode != 0:
+        fail(f"not inside a git checkout ({top.stderr.strip()})")
+    repo_root = top.stdout.strip()
     commands = cuda_commands(os.path.join(repo_root, opts.build) if not os.path.isabs(opts.build) else opts.build)
     if opts.files:
         wanted = {os.path.realpath(f) for f in opts.files}
@@ -107,16 +106,18 @@ def main():
                 with open(out, "rb") as f:
                     cubins[(label, name)] = f.read()
 
+        compared = 0
         differ = 0
         for source in sorted(commands):
             name = os.path.relpath(source, repo_root)
             if ("base", name) not in cubins:
                 print(f"{name}: new (not at {opts.rev})")
                 continue
+            compared += 1
             same = cubins[("work", name)] == cubins[("base", name)]
             differ += 0 if same else 1
             print(f"{name}: {'same' if same else 'DIFFERS'}")
-        print(f"{len(commands) - differ} of {len(commands)} cubins identical to {opts.rev}")
+        print(f"{compared - differ} of {compared} cubins identical to {opts.rev}")
         return 1 if differ else 0
 
 

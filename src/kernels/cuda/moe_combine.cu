@@ -57,7 +57,7 @@ __device__ __forceinline__ void storeSum(const float (&acc)[8], uint16_t* out) {
 
 // out[t, col .. col + 8) = sum over t's served entries of topk_weight * y[slot, col .. col + 8), in fp32 in entry
 // order, rounded to bf16 once. kBatch entries' rows are loaded before any is summed (the sum stays in entry order),
-// so each thread has that many 16-byte reads of y in flight rather than one.
+// so each thread has that many 16-byte reads of y in flight rather than one. kFromL2: as loadRows.
 template <bool kFromL2>
 __device__ __forceinline__ void combineColumns(const int32_t* slots, const float* weights, int top_k, const uint16_t* y,
                                                uint16_t* out_row, int hidden, int col) {
