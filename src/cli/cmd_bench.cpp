@@ -78,7 +78,7 @@ int runBenchMoe(BenchMoeFlags& flags) {
         if (!kernels::parseMoeTileConfig(name.c_str(), &tile)) {
             AFD_LOG_ERROR(
                 "bench moe: --tiles: unknown tile config '{}' (auto, tiny8, small16, small32, small64, small128, "
-                "wide128, wide256, wide288, wide256g, tall128, wide128pair, wide256pair)",
+                "wide128, wide256, wide288, wide256g, tall128, tall128g, wide128pair, wide256pair)",
                 name);
             return core::kExitBadConfig;
         }

@@ -35,12 +35,13 @@ namespace afd::kernels {
 // whole expert of up to 288 tokens in one tile (larger ones in tiles of 256), so at T = 4096 (256 +- 16 tokens per
 // expert) each expert streams its weights once, its consumers taking registers from the producer; kWide256Gather:
 // the wide tile with cp.async gathers. kTall128: two consumers with two 64-row blocks each, items of 256 weight rows x
-// up to 128 tokens (token tiles by TMA), so each token tile is re-read half as often as with kWide128. kWide128Pair /
+// up to 128 tokens (token tiles by TMA), so each token tile is re-read half as often as with kWide128; kTall128Gather:
+// tall128's tile with its token rows copied by cp.async straight from x and h (no gather, no x_sorted). kWide128Pair /
 // kWide256Pair: the wide tiles in clusters of two CTAs on adjacent weight tiles of one expert that load each token tile
 // once for both (TMA multicast), which halves the token bytes read through L2; they need inter % (64 * 2) == 0 and
-// hidden % (128 * 2) == 0. kAuto picks from T * top_k / num_experts: kTall128 from 64 entries per expert where it
-// divides the layer (the fastest with skewed routing), never a pair shape (they measured the same as the single-CTA
-// wide shapes).
+// hidden % (128 * 2) == 0. kAuto picks from the routing entries T * top_k per expert: where the 256-row tile divides
+// the layer, kTall128 from half an entry per expert and kTall128Gather from 10 to 24 (docs/cuda-moe-notes.md v27),
+// else the small and wide shapes; never a pair shape (they measured the same as the single-CTA wide shapes).
 enum class MoeTileConfig {
     kAuto,
     kTiny8,
@@ -53,11 +54,13 @@ enum class MoeTileConfig {
     kWide288,
     kWide256Gather,
     kTall128,
+    kTall128Gather,
     kWide128Pair,
     kWide256Pair
 };
 
-// Parses "auto", "tiny8", "small16" … "wide256", "wide288", "wide256g", "tall128", "wide128pair", "wide256pair";
+// Parses "auto", "tiny8", "small16" … "wide256", "wide288", "wide256g", "tall128", "tall128g", "wide128pair",
+// "wide256pair";
 // returns false for anything else.
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config);
 const char* moeTileConfigName(MoeTileConfig config);

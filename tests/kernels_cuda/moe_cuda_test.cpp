@@ -126,6 +126,10 @@ std::vector<Case> cases() {
         {"pairs_skewed_many_tiles", 700, 256, 128, 8, 4, Routing::kSkewed},
         {"pairs_small_batch", 24, 256, 256, 16, 8, Routing::kUniform},
         {"qwen3_30b_a3b_T16", 16, 2048, 768, 128, 8, Routing::kUniform},
+        // The 256-row tiles with more than 256 entries and at most 64 per expert: tall128g's cp.async producer takes
+        // the item ring, the down kernel per expert and the combine by part (two parts), and a skewed expert has
+        // several token tiles.
+        {"tall_ring_paths_skewed", 200, 512, 256, 16, 4, Routing::kSkewed},
     };
 }
 
@@ -133,7 +137,7 @@ constexpr MoeTileConfig kAllConfigs[] = {
     MoeTileConfig::kAuto,          MoeTileConfig::kTiny8,    MoeTileConfig::kSmall16,     MoeTileConfig::kSmall32,
     MoeTileConfig::kSmall64,       MoeTileConfig::kSmall128, MoeTileConfig::kWide128,     MoeTileConfig::kWide256,
     MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128,  MoeTileConfig::kWide128Pair, MoeTileConfig::kWide256Pair,
-    MoeTileConfig::kWide288};
+    MoeTileConfig::kWide288,       MoeTileConfig::kTall128Gather};
 
 // The configurations whose tiles divide the case's shape (the others are refused by resolveMoeTileConfig).
 std::vector<MoeTileConfig> configsFor(const Case& c) {
@@ -184,7 +188,8 @@ struct Mode {
 // from the device-wide counter by default, their down items wait per expert, and wide128's gate-up kernel streams its
 // first weights beside the gather; the other token-TMA shapes' gate-up kernels gather x themselves, and wide128's does
 // too without its prefetch). The token-TMA shapes also run after the token-order gather kernel,
-// waited for as a whole (MoeCudaOptions::slot_gather off), and with the combine after the whole down grid rather
+// waited for as a whole (MoeCudaOptions::slot_gather off), and they and tall128g (which takes the same item ring, down
+// kernel per expert and combine by part in its cp.async producer) with the combine after the whole down grid rather
 // than by part (the default where the down kernel starts per expert, up to 64 entries per expert).
 std::vector<Mode> configsAndFusionModes(const Case& c) {
     std::vector<Mode> modes;
@@ -193,6 +198,8 @@ std::vector<Mode> configsAndFusionModes(const Case& c) {
         modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, false, false, false, true, false, false});
         if (loadsTokensByTma(t)) {
             modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, true, true, true, false});
+        }
+        if (loadsTokensByTma(t) || t == MoeTileConfig::kTall128Gather) {
             Mode after_down{t, true, MoeCudaOptions{}.fused_combine_entries};
             after_down.combine_by_part = false;
             modes.push_back(after_down);
@@ -218,6 +225,7 @@ int blockTokens(MoeTileConfig config) {
         case MoeTileConfig::kSmall128:
         case MoeTileConfig::kWide128:
         case MoeTileConfig::kTall128:
+        case MoeTileConfig::kTall128Gather:
         case MoeTileConfig::kWide128Pair:
             return 128;
         case MoeTileConfig::kWide256:
@@ -572,10 +580,10 @@ MoeParams qwen3Layer() {
 TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
     MoeParams p = qwen3Layer();
     const std::pair<int64_t, MoeTileConfig> expected[] = {
-        {1, MoeTileConfig::kTiny8},       {2, MoeTileConfig::kTiny8},      {3, MoeTileConfig::kSmall16},
-        {64, MoeTileConfig::kSmall16},    {256, MoeTileConfig::kSmall64},  {272, MoeTileConfig::kWide128},
-        {1008, MoeTileConfig::kWide128},  {1024, MoeTileConfig::kTall128}, {4096, MoeTileConfig::kTall128},
-        {16384, MoeTileConfig::kTall128},
+        {1, MoeTileConfig::kTiny8},           {2, MoeTileConfig::kTiny8},           {3, MoeTileConfig::kSmall16},
+        {7, MoeTileConfig::kSmall16},         {8, MoeTileConfig::kTall128},         {159, MoeTileConfig::kTall128},
+        {160, MoeTileConfig::kTall128Gather}, {383, MoeTileConfig::kTall128Gather}, {384, MoeTileConfig::kTall128},
+        {1024, MoeTileConfig::kTall128},      {4096, MoeTileConfig::kTall128},      {16384, MoeTileConfig::kTall128},
     };
     for (const auto& [tokens, config] : expected) {
         p.num_tokens = tokens;
@@ -584,8 +592,9 @@ TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
     // Where the 256-row tile does not divide the layer (inter % 128 != 0), the wide shapes by entries per expert.
     p.inter = 192;
     const std::pair<int64_t, MoeTileConfig> without_tall[] = {
-        {1024, MoeTileConfig::kWide128}, {1792, MoeTileConfig::kWide128}, {1808, MoeTileConfig::kWide288},
-        {4608, MoeTileConfig::kWide288}, {4624, MoeTileConfig::kWide256},
+        {8, MoeTileConfig::kSmall16},     {64, MoeTileConfig::kSmall16},   {80, MoeTileConfig::kSmall64},
+        {272, MoeTileConfig::kWide128},   {1024, MoeTileConfig::kWide128}, {1792, MoeTileConfig::kWide128},
+        {1808, MoeTileConfig::kWide288},  {4608, MoeTileConfig::kWide288}, {4624, MoeTileConfig::kWide256},
     };
     for (const auto& [tokens, config] : without_tall) {
         p.num_tokens = tokens;
@@ -619,7 +628,9 @@ TEST(MoeCudaTest, PlanFollowsTheOptionsRules) {
     EXPECT_TRUE(plan.gate_up_on_permute_words);
 
     p.num_tokens = 512;  // wide128 streams beside the gather kernel: it neither gathers nor starts on the words
-    plan = planMoeCuda(p, defaults);
+    MoeCudaOptions wide;
+    wide.tile = MoeTileConfig::kWide128;
+    plan = planMoeCuda(p, wide);
     EXPECT_EQ(plan.tile, MoeTileConfig::kWide128);
     EXPECT_FALSE(plan.gather_in_gate_up);
     EXPECT_FALSE(plan.gate_up_on_permute_words);
@@ -657,6 +668,32 @@ TEST(MoeCudaTest, PlanFollowsTheOptionsRules) {
     off = MoeCudaOptions{};
     off.dynamic_schedule = false;
     EXPECT_FALSE(planMoeCuda(p, off).dynamic_schedule);
+
+    // tall128g: no gather, but the item ring, the down kernel per expert and the combine by part of the token-TMA
+    // shapes, which need the permute kernel's words (none under the fused routing).
+    MoeCudaOptions tall_gather;
+    tall_gather.tile = MoeTileConfig::kTall128Gather;
+    plan = planMoeCuda(p, tall_gather);
+    EXPECT_EQ(plan.tile, MoeTileConfig::kTall128Gather);
+    EXPECT_FALSE(plan.fused_routing);
+    EXPECT_FALSE(plan.slot_gather);
+    EXPECT_FALSE(plan.gather_in_gate_up);
+    EXPECT_FALSE(plan.gate_up_on_permute_words);
+    EXPECT_TRUE(plan.dynamic_schedule);
+    EXPECT_TRUE(plan.down_per_expert);
+    EXPECT_EQ(plan.combine_parts, 8);
+    p.num_tokens = 256;  // kAuto's choice at 16 entries per expert, with the same paths
+    plan = planMoeCuda(p, defaults);
+    EXPECT_EQ(plan.tile, MoeTileConfig::kTall128Gather);
+    EXPECT_TRUE(plan.dynamic_schedule);
+    EXPECT_TRUE(plan.down_per_expert);
+    EXPECT_EQ(plan.combine_parts, 8);
+    p.num_tokens = 24;  // 192 entries: the fused routing, so none of the three
+    plan = planMoeCuda(p, tall_gather);
+    EXPECT_TRUE(plan.fused_routing);
+    EXPECT_FALSE(plan.dynamic_schedule);
+    EXPECT_FALSE(plan.down_per_expert);
+    EXPECT_EQ(plan.combine_parts, 0);
 }
 
 TEST(MoeCudaTest, RejectsPairConfigWhenTheShapeDoesNotSplitInPairs) {

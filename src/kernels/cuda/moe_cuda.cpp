@@ -108,6 +108,9 @@ constexpr int64_t kNoDownPrefetchEntries = 8;
 // Up to this many routing entries kAuto takes kTiny8 (each CTA streams about one weight tile per kernel, so
 // the down kernel's weights can stream beside the gate-up kernel's).
 constexpr int64_t kTinyEntries = 16;
+// Routing entries per expert (T * top_k / E, rounded down) for which kAuto takes kTall128Gather: [min, max).
+constexpr int64_t kTallGatherMinMean = 10;
+constexpr int64_t kTallGatherMaxMean = 24;
 
 bool shapeFits(const MoeParams& p, const TileShape& s) {
     return p.inter % (cuda::gateUpColumnsPerItem(s) * s.cluster) == 0 &&
@@ -225,6 +228,9 @@ cudaError_t dispatchGroupedGemm(MoeTileConfig config, bool gate_up, const CUtens
                                                         programmatic);
         case MoeTileConfig::kTall128:
             return cuda::launchGroupedGemmTall128(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream, programmatic);
+        case MoeTileConfig::kTall128Gather:
+            return cuda::launchGroupedGemmTall128Gather(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream,
+                                                        programmatic);
         case MoeTileConfig::kWide128Pair:
             return cuda::launchGroupedGemmWide128Pair(gate_up, tmap, tmap_b, tmap_b_full, args, sms, stream,
                                                       programmatic);
@@ -361,6 +367,8 @@ TileShape tileShape(MoeTileConfig config) {
             return kWide256GatherShape;
         case MoeTileConfig::kTall128:
             return kTall128Shape;
+        case MoeTileConfig::kTall128Gather:
+            return kTall128GatherShape;
         case MoeTileConfig::kWide128Pair:
             return kWide128PairShape;
         case MoeTileConfig::kWide256Pair:
@@ -377,8 +385,8 @@ bool parseMoeTileConfig(const char* text, MoeTileConfig* config) {
     static constexpr MoeTileConfig kAll[] = {
         MoeTileConfig::kAuto,       MoeTileConfig::kTiny8,         MoeTileConfig::kSmall16, MoeTileConfig::kSmall32,
         MoeTileConfig::kSmall64,    MoeTileConfig::kSmall128,      MoeTileConfig::kWide128, MoeTileConfig::kWide256,
-        MoeTileConfig::kWide288,    MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128, MoeTileConfig::kWide128Pair,
-        MoeTileConfig::kWide256Pair};
+        MoeTileConfig::kWide288,    MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128, MoeTileConfig::kTall128Gather,
+        MoeTileConfig::kWide128Pair, MoeTileConfig::kWide256Pair};
     for (const MoeTileConfig c : kAll) {
         if (std::strcmp(text, moeTileConfigName(c)) == 0) {
             *config = c;
@@ -412,6 +420,8 @@ const char* moeTileConfigName(MoeTileConfig config) {
             return "wide256g";
         case MoeTileConfig::kTall128:
             return "tall128";
+        case MoeTileConfig::kTall128Gather:
+            return "tall128g";
         case MoeTileConfig::kWide128Pair:
             return "wide128pair";
         case MoeTileConfig::kWide256Pair:
@@ -447,9 +457,17 @@ MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions
     // routings at T = 1024-1536 (2-5 % faster than kWide128); with uniform routing at T = 2048-4096 kWide288, whose
     // tile holds a whole expert, is 1.5-12 % faster. The host cannot see the skew before the launch; the choice favours
     // skewed routing, the shape real routers produce.
+    // v27 (docs/bench-runs/v27-experiments.log, calls 5-8, every tile in its own invocation, two rounds): since tall128
+    // took the dynamic schedule, the down kernel per expert and the combine by part, it is faster than the small and
+    // wide shapes from half a routing entry per expert (T = 8: 3-4 %, T = 32: 6 %, T = 512 zipf 6 %, T = 768 7-9 %);
+    // at T = 4-6 (a quarter to three eighths of an entry) small16 is as fast or faster. From 10 to 24 entries per
+    // expert (T = 160-383) tall128g, whose gate-up kernel starts without the gather, is 1-2 % faster still (T = 256
+    // uniform 298 against 303 us, zipf 304.5 against 308); at 8 and from 24 it is slower.
     const MoeTileConfig tall = MoeTileConfig::kTall128;
-    if (mean >= 64 && shapeFits(params, cuda::tileShape(tall))) {
-        config = tall;
+    const MoeTileConfig tall_gather = MoeTileConfig::kTall128Gather;
+    const int64_t entries = params.num_tokens * params.top_k;
+    if (entries > kTinyEntries && 2 * entries >= params.num_experts && shapeFits(params, cuda::tileShape(tall))) {
+        config = mean >= kTallGatherMinMean && mean < kTallGatherMaxMean ? tall_gather : tall;
     } else if (mean > 288) {
         config = MoeTileConfig::kWide256;
     } else if (mean > 112) {
@@ -473,7 +491,10 @@ MoeCudaPlan planMoeCuda(const MoeParams& params, const MoeCudaOptions& options) 
     const int64_t entries = params.num_tokens * params.top_k;
     plan.fused_routing = options.fuse_small_routing && !shape.tma_tokens && entries <= cuda::kFusedRoutingEntries;
     plan.fused_combine = entries <= std::min<int64_t>(options.fused_combine_entries, cuda::kFusedCombineEntries);
-    plan.dynamic_schedule = options.dynamic_schedule && shape.tma_tokens;
+    // tall128g's cp.async producer takes the token-TMA shapes' item ring, down kernel per expert and combine by part,
+    // with the permute kernel only: it zeroes their words (the fused routing has none).
+    const bool ring_paths = shape.tma_tokens || (cuda::isTall128Gather(shape) && !plan.fused_routing);
+    plan.dynamic_schedule = options.dynamic_schedule && ring_paths;
     // The gate-up kernels that stream beside the gather (moe_gemm_tiles.cuh, kStreamsBesideGather): wide128 with its
     // prefetch. The other token-TMA kernels cannot share an SM with the gather kernel's CTAs: they gather their rows
     // themselves.
@@ -483,7 +504,7 @@ MoeCudaPlan planMoeCuda(const MoeParams& params, const MoeCudaOptions& options) 
     // the down items beside the gate-up kernel's last ones (and its gather in two warps, not three) were 2-5 % slower.
     const bool memory_bound = entries <= kDownPerExpertEntries * params.num_experts;
     plan.down_per_expert =
-        options.down_per_expert && memory_bound && shape.tma_tokens && shape.cluster == 1 && !plan.fused_combine;
+        options.down_per_expert && memory_bound && ring_paths && shape.cluster == 1 && !plan.fused_combine;
     // The combine by part: one part per weight tile of the down kernel (a block of hidden rows), whose columns the
     // combine's CTAs split into 8-column pieces of whole tokens (launchMoeCombineByPart's rule).
     const int64_t parts = params.hidden / cuda::downRowsPerItem(shape);

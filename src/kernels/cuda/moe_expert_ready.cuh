@@ -58,6 +58,56 @@ __device__ void countItemsDone(const ItemDoneRing& r, int32_t* h_ready) {
     }
 }
 
+// The counting thread of tall128g (producer thread 0, which also copies token rows: Layout::kTall128Gather): takes
+// the posts that are already there between its copies, never waiting for one, so that the consumers never stall on a
+// full ring while it copies. n: the next post to take; finished: the -1 was taken.
+template <int kSlots>
+struct ItemDonePoller {
+    int n = 0;
+    bool finished = false;
+
+    // Takes every post already in the ring.
+    __device__ __forceinline__ void poll(const ItemDoneRing& r, int32_t* counts) {
+        while (!finished) {
+            const int slot = n % kSlots;
+            if (!sm90::mbarTestWait(&r.full[slot], (n / kSlots) & 1)) {
+                return;
+            }
+            const int value = r.ring[slot];
+            sm90::mbarArrive(&r.empty[slot]);
+            ++n;
+            if (value < 0) {
+                finished = true;
+                return;
+            }
+            sm90::redAddReleaseGpu(counts + value, 1);
+        }
+    }
+
+    // Waits (bounded) for the phase of `bar` with the given parity, taking posts while it waits. try_wait suspends the
+    // thread for a while between polls: a thread spinning on test_wait takes issue slots from the consumer warps of
+    // its SM sub-partition.
+    __device__ __forceinline__ void waitPolling(uint64_t* bar, uint32_t parity, const ItemDoneRing& r,
+                                                int32_t* counts) {
+        uint32_t polls = 0;
+        while (!sm90::mbarTryWait(bar, parity)) {
+            poll(r, counts);
+            if (++polls == (1u << 28)) {
+                sm90::trapOutOfLine();
+            }
+        }
+    }
+
+    // After the thread's last copy: takes the remaining posts, waiting for each, up to the -1.
+    __device__ __forceinline__ void finish(const ItemDoneRing& r, int32_t* counts) {
+        while (!finished) {
+            const int slot = n % kSlots;
+            sm90::mbarWaitBounded<false, true>(&r.full[slot], (n / kSlots) & 1);
+            poll(r, counts);
+        }
+    }
+};
+
 // Down producer about to load the h rows of `expert`: waits until its `items` gate-up items are counted (acquire), then
 // orders its later TMA loads (async proxy) after what that made visible.
 __device__ __forceinline__ void waitExpertReady(const int32_t* h_ready, int expert, int items) {

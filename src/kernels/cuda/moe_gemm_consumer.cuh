@@ -285,7 +285,7 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                           (static_cast<uint64_t>(item.expert_tiles) << 32));
                 trace(args, word + 2, static_cast<uint64_t>(k_blocks) * L::kABytes);
             }
-            if constexpr (kGateUp && kTmaTokens) {
+            if constexpr (Base::kCountsHReady) {
                 if (args.h_ready != nullptr) {  // this item's h rows are stored
                     postItemDone<L::kItemSlots, L::kRebalanceRegs>(sh.done, posted++, item.expert, wg, ctid, 1 + wg);
                 }
@@ -296,7 +296,7 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                 }
             }
         }
-        if constexpr (kGateUp && kTmaTokens) {
+        if constexpr (Base::kCountsHReady) {
             if (args.h_ready != nullptr) {  // no more items: the counting thread returns
                 postItemDone<L::kItemSlots, L::kRebalanceRegs>(sh.done, posted, -1, wg, ctid, 1 + wg);
             }

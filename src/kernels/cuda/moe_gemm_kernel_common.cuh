@@ -17,7 +17,10 @@ template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kSta
 struct KernelCommon {
     using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
     // The down kernels that may count their items per part for the combine by part (GroupedGemmArgs::part_done).
-    static constexpr bool kCombinesByPart = !kGateUp && kTmaTokens && kCluster == 1;
+    static constexpr bool kCombinesByPart = !kGateUp && (kTmaTokens || L::kTall128Gather) && kCluster == 1;
+    // The gate-up kernels that may count their items per expert for the down kernel per expert (GroupedGemmArgs::
+    // h_ready).
+    static constexpr bool kCountsHReady = kGateUp && (kTmaTokens || L::kTall128Gather);
 
     struct Shared {
         uint8_t* base;
@@ -60,15 +63,16 @@ struct KernelCommon {
         }
     }
 
-    // Dynamic scheduling (token-TMA shapes: one producer thread), producer side: hands item number `value` (-1: none
-    // left) to the consumers as the CTA's n-th item.
+    // Dynamic scheduling (token-TMA shapes and tall128g: producer thread 0), producer side: hands item number `value`
+    // (-1: none left) to the consumers (and in tall128g to the producer's threads) as the CTA's n-th item.
     __device__ __forceinline__ static void publishItem(const Shared& sh, int n, int value) {
         const int slot = n % L::kItemSlots;
         waitBar(&sh.item_empty[slot], ((n / L::kItemSlots) & 1) ^ 1);
         sh.item_ring[slot] = value;
         sm90::mbarArrive(&sh.item_full[slot]);  // release: the ring store is visible to the waiting consumers
     }
-    // Consumer side (every consumer thread): the CTA's n-th item number, -1 when there is none.
+    // Reader side (every consumer thread, and in tall128g every producer thread): the CTA's n-th item number, -1 when
+    // there is none.
     __device__ __forceinline__ static int takeItem(const Shared& sh, int n) {
         const int slot = n % L::kItemSlots;
         waitBar(&sh.item_full[slot], (n / L::kItemSlots) & 1);

@@ -1,7 +1,8 @@
 // The producer warpgroup of a grouped GEMM CTA (moe_grouped_gemm.cuh): thread 0 takes the items and issues every TMA
 // copy into the ring of stages (weights, and token boxes for the token-TMA shapes); the 128 threads gather token rows
-// by cp.async in the small shapes. In the gate-up kernels that gather x themselves warps 1-3 copy x_sorted, and with
-// the down kernel starting per expert (GroupedGemmArgs::h_ready) warp 3 counts the items the consumers finished.
+// by cp.async in the small shapes and tall128g. In the gate-up kernels that gather x themselves warps 1-3 copy
+// x_sorted, and with the down kernel starting per expert (GroupedGemmArgs::h_ready) warp 3 counts the items the
+// consumers finished; in tall128g thread 0 counts them between its copies and all 128 threads read the item ring.
 #pragma once
 
 #include <cuda.h>
@@ -38,6 +39,8 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
     // shapes has 72 registers.
     static constexpr int kGatherVectors = L::kRebalanceRegs ? 4 : 8;
     static constexpr int kGatherRows = (L::kRebalanceRegs || L::kStreamsBesideGather) ? 1 : 2;
+    // Named barrier of the producer warpgroup (the consumer warpgroups use 1 + wg).
+    static constexpr int kProducerBarrier = 1 + kConsumers;
 
     // Weight tile of (item, kb) into stage `stage`: arrive.expect_tx (for the token boxes too with kTmaTokens)
     // then the TMA copies. Block bl of the tile (consumer bl / kMBlocks, accumulator bl % kMBlocks) is smem rows
@@ -107,7 +110,7 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
     // chunks (thread: chunk ptid % 8 of rows ptid/8 + 16q); rows past ntok and columns past k are zero-filled.
     __device__ __forceinline__ static void issueTokens(const GroupedGemmArgs& args, const Shared& sh, int stage,
                                                        const int (&offsets)[L::kRowsPerThread], int npad, int kb,
-                                                       int ptid) {
+                                                       int ptid, uint64_t policy) {
         const uint32_t b_addr = sm90::smemAddr(sh.base + L::kBOffset + stage * L::kBBytes);
         const int chunk = ptid & 7;
         const int k = kb * kBlockK + chunk * 8;
@@ -118,7 +121,13 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
             if (row < npad) {
                 const bool valid = k_valid && offsets[q] >= 0;
                 const uint16_t* src = valid ? args.b_src + offsets[q] + k : args.b_src;
-                sm90::cpAsync16(b_addr + row * kRowBytes + ((chunk ^ (row & 7)) << 4), src, valid);
+                const uint32_t dst = b_addr + row * kRowBytes + ((chunk ^ (row & 7)) << 4);
+                if constexpr (L::kTall128Gather) {
+                    // As the token TMA boxes: the rows stay in L2 while the weights stream past them (evict_first).
+                    sm90::cpAsync16(dst, src, valid, policy);
+                } else {
+                    sm90::cpAsync16(dst, src, valid);
+                }
             }
         }
     }
@@ -148,7 +157,7 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                 return;
             }
         }
-        if constexpr (Base::kCombinesByPart) {
+        if constexpr (Base::kCombinesByPart && kTmaTokens) {
             // Warp 3 counts the items the consumers finished per part (it takes no part in the copies).
             if (args.part_done != nullptr && ptid >= 96) {
                 if (ptid == 96) {
@@ -203,6 +212,15 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
         if (kTmaTokens && ptid != 0) {
             return;  // one thread issues every copy
         }
+        // tall128g: every producer thread copies token rows, and thread 0 also counts the consumers' posts between its
+        // copies (h_ready in the gate-up kernel, part_done in the down kernel; ItemDonePoller), including while it
+        // waits, since consumers blocked on a full post ring release no stage.
+        int32_t* counts = nullptr;
+        if constexpr (L::kTall128Gather) {
+            counts = kGateUp ? args.h_ready : args.part_done;
+        }
+        const bool counting = counts != nullptr && ptid == 0;
+        ItemDonePoller<L::kItemSlots> poller;
         [[maybe_unused]] int ready_expert = -1;
         [[maybe_unused]] uint64_t waited_ns = 0;  // diagnostics: in waitExpertRows / waitExpertReady (kTraceWaited)
         int iter = 0;
@@ -224,16 +242,37 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                 }
             }
             if (sh.dynamic) {
-                publishItem(sh, n, it < total_items ? it : -1);
-                if (it >= total_items) {
-                    if (sh.rank == 0) {
-                        finishTaking(args);
+                if constexpr (L::kTall128Gather) {
+                    // Thread 0 takes the item and publishes it; every producer thread (thread 0 too) reads it back.
+                    if (ptid == 0) {
+                        if (counting) {
+                            const int slot = n % L::kItemSlots;
+                            poller.waitPolling(&sh.item_empty[slot], ((n / L::kItemSlots) & 1) ^ 1, sh.done, counts);
+                        }
+                        publishItem(sh, n, it < total_items ? it : -1);
                     }
-                    break;
-                }
-                if (sh.rank == 0) {
-                    // In flight while this item's copies are issued.
-                    next = sh.item_stride + atomicAdd(args.schedule, 1);
+                    it = Base::takeItem(sh, n);
+                    if (it < 0) {
+                        if (ptid == 0) {
+                            finishTaking(args);
+                        }
+                        break;
+                    }
+                    if (ptid == 0) {
+                        next = sh.item_stride + atomicAdd(args.schedule, 1);  // in flight while the copies are issued
+                    }
+                } else {
+                    publishItem(sh, n, it < total_items ? it : -1);
+                    if (it >= total_items) {
+                        if (sh.rank == 0) {
+                            finishTaking(args);
+                        }
+                        break;
+                    }
+                    if (sh.rank == 0) {
+                        // In flight while this item's copies are issued.
+                        next = sh.item_stride + atomicAdd(args.schedule, 1);
+                    }
                 }
             } else if (it >= total_items) {
                 break;
@@ -249,7 +288,11 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                 const int stage = iter % kStages;
                 const uint32_t phase = (iter / kStages) & 1;
                 if (iter >= prefetched) {
-                    waitBar(&sh.empty[stage], phase ^ 1);
+                    if (counting) {
+                        poller.waitPolling(&sh.empty[stage], phase ^ 1, sh.done, counts);
+                    } else {
+                        waitBar(&sh.empty[stage], phase ^ 1);
+                    }
                     if (ptid == 0) {
                         issueWeights(tmap, args, sh, stage, item, kb, policy);
                     }
@@ -287,22 +330,51 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                         issueTokenBoxes(tmap_b, tmap_b_full, sh, stage, item, npad, kb, token_policy);
                     }
                 } else {
+                    if constexpr (!kGateUp && L::kTall128Gather) {
+                        // Each producer thread acquires the expert's count before it copies its rows of h.
+                        if (kb == 0 && args.h_ready != nullptr && item.expert != ready_expert) {
+                            const uint64_t wait_start = args.trace != nullptr ? sm90::globalTimer() : 0;
+                            waitExpertReady(
+                                args.h_ready, item.expert,
+                                args.h_ready_items_per_tile * (sh.tiles[item.expert + 1] - sh.tiles[item.expert]));
+                            if (args.trace != nullptr) {
+                                waited_ns += sm90::globalTimer() - wait_start;
+                            }
+                            ready_expert = item.expert;
+                        }
+                    }
                     if constexpr (!kDiagSkipTokens) {
-                        issueTokens(args, sh, stage, offsets, npad, kb, ptid);
+                        issueTokens(args, sh, stage, offsets, npad, kb, ptid, token_policy);
                     }
                     sm90::cpAsyncArriveNoinc(&sh.full[stage]);
+                    if (counting) {
+                        poller.poll(sh.done, counts);
+                    }
                 }
             }
         }
         if constexpr (kTmaTokens) {
-            int32_t* counts = kGateUp ? args.gathered : args.h_ready;
-            if (counts != nullptr) {
-                releaseExpertCounts(counts, kGateUp ? args.gathered_exit : args.h_ready_exit, args.num_experts);
+            int32_t* ready_counts = kGateUp ? args.gathered : args.h_ready;
+            if (ready_counts != nullptr) {
+                releaseExpertCounts(ready_counts, kGateUp ? args.gathered_exit : args.h_ready_exit, args.num_experts);
+            }
+        }
+        if constexpr (L::kTall128Gather) {
+            if (counting) {
+                poller.finish(sh.done, counts);
+            }
+            if (!kGateUp && args.h_ready != nullptr) {
+                // Every producer thread of the CTA is done with h_ready before the CTA counts itself out (the last CTA
+                // zeroes the counts).
+                sm90::namedBarrierSync(kProducerBarrier, kWarpgroup);
+                if (ptid == 0) {
+                    releaseExpertCounts(args.h_ready, args.h_ready_exit, args.num_experts);
+                }
             }
         }
         if (ptid == 0) {
             traceNow(args, kTraceProducerDone);
-            if constexpr (kTmaTokens) {
+            if constexpr (kTmaTokens || L::kTall128Gather) {
                 Base::trace(args, kTraceWaited, waited_ns);
             }
         }

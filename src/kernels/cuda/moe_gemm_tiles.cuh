@@ -49,8 +49,12 @@ struct Layout {
     static constexpr int kDoneBarOffset = (kPairRingOffset + kItemSlots * 4 + 7) / 8 * 8;
     static constexpr int kDoneRingOffset = kDoneBarOffset + 2 * kItemSlots * 8;
     static constexpr int kPrefixOffset = kDoneRingOffset + kItemSlots * 4;
-    // Threads that read each handed-over item: the consumers (the producer's single TMA thread takes them).
-    static constexpr int kItemReaders = kConsumers * kWarpgroup;
+    // tall128g (isTall128Gather in moe_grouped_gemm.h): the cp.async shape whose 128 producer threads take every item
+    // from the item ring too, and whose producer thread 0 counts finished items between its copies.
+    static constexpr bool kTall128Gather = !kTmaTokens && kConsumers == 2 && kMBlocks == 2 && kCluster == 1;
+    // Threads that read each handed-over item: the consumers, and in tall128g the 128 producer threads (thread 0
+    // publishes each item, then reads it as the others do; the token-TMA producer's single thread takes them).
+    static constexpr int kItemReaders = kConsumers * kWarpgroup + (kTall128Gather ? kWarpgroup : 0);
     // After the prefixes [2 (E + 1)]: fused-routing scratch, ids and slot tokens [kFusedRoutingEntries] each,
     // counts [E].
     static constexpr int kThreads = kWarpgroup * (kConsumers + 1);

@@ -77,7 +77,7 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     }
     sh.item_begin = static_cast<int>(blockIdx.x) / kCluster;
     sh.item_stride = static_cast<int>(gridDim.x) / kCluster;
-    sh.dynamic = kTmaTokens && args.schedule != nullptr;
+    sh.dynamic = (kTmaTokens || L::kTall128Gather) && args.schedule != nullptr;
     sh.item_full = reinterpret_cast<uint64_t*>(base + L::kItemBarOffset);
     sh.item_empty = sh.item_full + L::kItemSlots;
     sh.item_ring = reinterpret_cast<int*>(base + L::kItemRingOffset);

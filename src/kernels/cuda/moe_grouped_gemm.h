@@ -163,9 +163,20 @@ inline constexpr TileShape kWide256Shape{2, 1, 256, 4, true, 1};
 inline constexpr TileShape kWide288Shape{2, 1, 288, 4, true, 1};
 inline constexpr TileShape kWide256GatherShape{2, 1, 256, 4, false, 1};
 inline constexpr TileShape kTall128Shape{2, 2, 128, 4, true, 1};
+// tall128's tile with its token rows copied by cp.async straight from x (through slot_token) and from h: no gather
+// and no x_sorted. The one cp.async shape that also takes the dynamic schedule, the down kernel per expert and the
+// combine by part (Layout::kTall128Gather, tallGatherFeatures).
+inline constexpr TileShape kTall128GatherShape{2, 2, 128, 4, false, 1};
 inline constexpr TileShape kWide128PairShape{2, 1, 128, 6, true, 2};
 inline constexpr TileShape kWide256PairShape{2, 1, 256, 4, true, 2};
 TileShape tileShape(MoeTileConfig config);
+
+// Whether a shape is kTall128GatherShape's: its cp.async producer takes items from the item ring and counts finished
+// items (Layout::kTall128Gather has the same rule on the device side).
+constexpr bool isTall128Gather(const TileShape& s) {
+    return !s.tma_tokens && s.consumers == 2 && s.m_blocks == 2 && s.cluster == 1;
+}
+static_assert(isTall128Gather(kTall128GatherShape) && !isTall128Gather(kWide256GatherShape));
 
 // Tokens of each tile of an expert that needs more than one (moe_token_tiles.cuh): shapes with tiles over 256 tokens
 // hold a whole expert of up to block_tokens tokens in one tile and split larger ones into tiles of 256 (whose full
@@ -197,6 +208,7 @@ AFD_DECLARE_GROUPED_GEMM(Wide256);
 AFD_DECLARE_GROUPED_GEMM(Wide288);
 AFD_DECLARE_GROUPED_GEMM(Wide256Gather);
 AFD_DECLARE_GROUPED_GEMM(Tall128);
+AFD_DECLARE_GROUPED_GEMM(Tall128Gather);
 AFD_DECLARE_GROUPED_GEMM(Wide128Pair);
 AFD_DECLARE_GROUPED_GEMM(Wide256Pair);
 #undef AFD_DECLARE_GROUPED_GEMM

@@ -103,6 +103,22 @@ __device__ __forceinline__ bool mbarTryWait(uint64_t* bar, uint32_t parity) {
     return done != 0;
 }
 
+// Whether the phase with the given parity has completed, without suspending the thread (test_wait; try_wait may
+// wait a while): for a thread that has other work between its polls.
+__device__ __forceinline__ bool mbarTestWait(uint64_t* bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(smemAddr(bar)), "r"(parity)
+        : "memory");
+    return done != 0;
+}
+
 // A trap called rather than inlined (mbarWaitColdTrap).
 __device__ __noinline__ inline void trapOutOfLine() { __trap(); }
 
@@ -274,6 +290,14 @@ __device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, bool va
 // cpAsync16 (valid) with an L2 policy (createpolicy) for the bytes read.
 __device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, uint64_t policy) {
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "l"(policy)
+                 : "memory");
+}
+
+// cpAsync16 (zero-filled when not `valid`) with an L2 policy for the bytes read.
+__device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, bool valid, uint64_t policy) {
+    const uint32_t src_size = valid ? 16u : 0u;
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(dst), "l"(src),
+                 "r"(src_size), "l"(policy)
                  : "memory");
 }
 
