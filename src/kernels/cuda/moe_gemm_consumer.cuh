@@ -101,6 +101,18 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
             }
         }
         int prev_stage = 0;
+        // kDiagLoadTokens: this thread's 16-byte pieces of its warpgroup's 64 token rows (rows 64 wg + ctid / 8 + 16 q,
+        // piece ctid % 8 of the k-block), loaded one k-block ahead of their use and folded into `sink`.
+        [[maybe_unused]] int64_t diag_row[kDiagTokenPieces];
+        [[maybe_unused]] uint4 diag_pending[kDiagTokenPieces];
+        [[maybe_unused]] uint32_t diag_sink = 0;
+        if constexpr (kDiagTokenLoads) {
+            diagTokenRows(args, item, wg, ctid, diag_row);
+#pragma unroll
+            for (int q = 0; q < kDiagTokenPieces; ++q) {
+                diag_pending[q] = make_uint4(0, 0, 0, 0);
+            }
+        }
         for (int kb = 0; kb < k_blocks; ++kb, ++iter) {
             const int stage = iter % kStages;
             const uint32_t phase = (iter / kStages) & 1;
@@ -142,6 +154,9 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                     sm90::fenceOperand(acc[mb][i]);
                 }
             }
+            if constexpr (kDiagTokenLoads) {
+                diagLoadTokens(args, kb, ctid, diag_row, diag_pending, diag_sink);
+            }
             if (args.release_early) {
                 // Memory-bound tiles: the stage goes back to the producer as soon as its wgmma retire, one stage
                 // sooner than below, at the cost of not overlapping two stages' wgmma.
@@ -161,6 +176,12 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                 sm90::fenceOperand(acc[mb][i]);
             }
         }
+        if constexpr (kDiagTokenLoads) {
+            diagLoadTokens(args, -1, ctid, diag_row, diag_pending, diag_sink);
+            if (args.trace != nullptr && diag_sink == 0x9e3779b9u) {  // keeps the loads; (almost) never true
+                trace(args, kTraceEnd, diag_sink);
+            }
+        }
         if (!args.release_early) {
             releaseStage(sh, prev_stage, ctid);
         }
@@ -177,6 +198,43 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                                        item.n_tile * L::kBlocks + block, wg, ctid,
                                        reinterpret_cast<int*>(sh.base + L::kEpiOffset + wg * L::kEpiBytes));
                 }
+            }
+        }
+    }
+
+    // kDiagLoadTokens, in tall128 only (the token-TMA tile of two consumers of two blocks).
+    static constexpr bool kDiagTokenLoads = kDiagLoadTokens && kTmaTokens && kConsumers == 2 && kMBlocks == 2;
+    static constexpr int kDiagTokenPieces = 4;  // 64 rows x 8 pieces of 16 bytes / 128 threads
+
+    // Element offsets of this thread's rows in the token source (x through slot_token in the gate-up kernel, h in the
+    // down kernel), -1 past the item's tokens.
+    __device__ __forceinline__ static void diagTokenRows(const GroupedGemmArgs& args, const Item& item, int wg,
+                                                         int ctid, int64_t (&rows)[kDiagTokenPieces]) {
+#pragma unroll
+        for (int q = 0; q < kDiagTokenPieces; ++q) {
+            const int r = 64 * wg + (ctid >> 3) + 16 * q;
+            int64_t offset = -1;
+            if (r < item.ntok) {
+                const int slot = item.slot_base + r;
+                const int src_row = kGateUp ? __ldg(args.slot_token + slot) : slot;
+                offset = static_cast<int64_t>(src_row) * args.b_ld + (ctid & 7) * 8;
+            }
+            rows[q] = offset;
+        }
+    }
+
+    // Folds the pieces loaded for the previous k-block into `sink`, then loads k-block kb's (none for kb < 0).
+    __device__ __forceinline__ static void diagLoadTokens(const GroupedGemmArgs& args, int kb, int ctid,
+                                                          const int64_t (&rows)[kDiagTokenPieces],
+                                                          uint4 (&pending)[kDiagTokenPieces], uint32_t& sink) {
+        const uint16_t* src = kGateUp && args.gather_x != nullptr ? args.gather_x : args.b_src;
+#pragma unroll
+        for (int q = 0; q < kDiagTokenPieces; ++q) {
+            sink ^= pending[q].x ^ pending[q].y ^ pending[q].z ^ pending[q].w;
+            if (kb >= 0 && rows[q] >= 0 && kb * kBlockK + (ctid & 7) * 8 < args.k) {
+                pending[q] = sm90::ldGlobalV4(src + rows[q] + kb * kBlockK);
+            } else {
+                pending[q] = make_uint4(0, 0, 0, 0);
             }
         }
     }

@@ -25,6 +25,10 @@ inline constexpr bool kDiagSkipStores = (AFD_MOE_DIAG_SKIP & 8) != 0;   // no ep
 // over a small L2 footprint; CTAs race on the rows).
 inline constexpr bool kDiagNarrowH = (AFD_MOE_DIAG_SKIP & 16) != 0;
 inline constexpr bool kDiagNarrowY = (AFD_MOE_DIAG_SKIP & 32) != 0;
+// Work added instead of skipped: tall128's consumer threads also load their items' token rows into registers (16-byte
+// loads from x through slot_token, or from h) each k-block and discard them: what a kernel whose wgmma A operand comes
+// from registers would load (docs/cuda-moe-notes.md v27).
+inline constexpr bool kDiagLoadTokens = (AFD_MOE_DIAG_SKIP & 64) != 0;
 inline constexpr bool kDiagnosticBuild = AFD_MOE_DIAG_SKIP != 0;
 
 // Arguments of one grouped GEMM launch (device pointers; shapes in elements).

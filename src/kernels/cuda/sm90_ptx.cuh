@@ -301,6 +301,16 @@ __device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, bool va
                  : "memory");
 }
 
+// 16 bytes of global memory into registers (a weak load through L1, kept by the compiler).
+__device__ __forceinline__ uint4 ldGlobalV4(const void* src) {
+    uint4 v;
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(src)
+                 : "memory");
+    return v;
+}
+
 // Arrives on `bar` once all cp.async of this thread issued so far have landed (counts as one of the barrier's
 // expected arrivals).
 __device__ __forceinline__ void cpAsyncArriveNoinc(uint64_t* bar) {
