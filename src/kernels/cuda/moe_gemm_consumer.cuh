@@ -103,7 +103,7 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
         int prev_stage = 0;
         // kDiagLoadTokens: this thread's 16-byte pieces of its warpgroup's 64 token rows (rows 64 wg + ctid / 8 + 16 q,
         // piece ctid % 8 of the k-block), loaded one k-block ahead of their use and folded into `sink`.
-        [[maybe_unused]] int64_t diag_row[kDiagTokenPieces];
+        [[maybe_unused]] int diag_row[kDiagTokenPieces];
         [[maybe_unused]] uint4 diag_pending[kDiagTokenPieces];
         [[maybe_unused]] uint32_t diag_sink = 0;
         if constexpr (kDiagTokenLoads) {
@@ -209,15 +209,15 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
     // Element offsets of this thread's rows in the token source (x through slot_token in the gate-up kernel, h in the
     // down kernel), -1 past the item's tokens.
     __device__ __forceinline__ static void diagTokenRows(const GroupedGemmArgs& args, const Item& item, int wg,
-                                                         int ctid, int64_t (&rows)[kDiagTokenPieces]) {
+                                                         int ctid, int (&rows)[kDiagTokenPieces]) {
 #pragma unroll
         for (int q = 0; q < kDiagTokenPieces; ++q) {
             const int r = 64 * wg + (ctid >> 3) + 16 * q;
-            int64_t offset = -1;
+            int offset = -1;
             if (r < item.ntok) {
                 const int slot = item.slot_base + r;
                 const int src_row = kGateUp ? __ldg(args.slot_token + slot) : slot;
-                offset = static_cast<int64_t>(src_row) * args.b_ld + (ctid & 7) * 8;
+                offset = src_row * args.b_ld + (ctid & 7) * 8;  // the diagnostic shapes stay below 2^31 elements
             }
             rows[q] = offset;
         }
@@ -225,7 +225,7 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
 
     // Folds the pieces loaded for the previous k-block into `sink`, then loads k-block kb's (none for kb < 0).
     __device__ __forceinline__ static void diagLoadTokens(const GroupedGemmArgs& args, int kb, int ctid,
-                                                          const int64_t (&rows)[kDiagTokenPieces],
+                                                          const int (&rows)[kDiagTokenPieces],
                                                           uint4 (&pending)[kDiagTokenPieces], uint32_t& sink) {
         const uint16_t* src = kGateUp && args.gather_x != nullptr ? args.gather_x : args.b_src;
 #pragma unroll
