@@ -102,7 +102,7 @@ fi
 if has_phase sweep; then
     stamp "tile sweep"
     timeout "${AFD_T_SWEEP:-150}" "$bin/afd" bench moe --no-stages --reps 30 --tokens 1,8,64,256,1024 \
-        --tiles tiny8,small16,small32,small64,small128,wide128,tall128 >>"$out/bench.log" 2>&1
+        --tiles tiny8,small16,small32,small64,small128,wide128,tall128,tall128g >>"$out/bench.log" 2>&1
     timeout "${AFD_T_SWEEP2:-90}" "$bin/afd" bench moe --no-stages --reps 15 --tokens 4096,16384 \
         --tiles wide128,wide256,wide288,tall128 >>"$out/bench.log" 2>&1
     timeout 30 "$bin/afd" bench moe --no-stages --reps 50 --tokens 1,8 --no-fuse-routing >>"$out/bench.log" 2>&1
