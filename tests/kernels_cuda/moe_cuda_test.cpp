@@ -134,10 +134,11 @@ std::vector<Case> cases() {
 }
 
 constexpr MoeTileConfig kAllConfigs[] = {
-    MoeTileConfig::kAuto,          MoeTileConfig::kTiny8,    MoeTileConfig::kSmall16,     MoeTileConfig::kSmall32,
-    MoeTileConfig::kSmall64,       MoeTileConfig::kSmall128, MoeTileConfig::kWide128,     MoeTileConfig::kWide256,
-    MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128,  MoeTileConfig::kWide128Pair, MoeTileConfig::kWide256Pair,
-    MoeTileConfig::kWide288,       MoeTileConfig::kTall128Gather};
+    MoeTileConfig::kAuto,    MoeTileConfig::kTiny8,        MoeTileConfig::kSmall16,
+    MoeTileConfig::kSmall32, MoeTileConfig::kSmall64,      MoeTileConfig::kSmall128,
+    MoeTileConfig::kWide128, MoeTileConfig::kWide256,      MoeTileConfig::kWide256Gather,
+    MoeTileConfig::kTall128, MoeTileConfig::kWide128Pair,  MoeTileConfig::kWide256Pair,
+    MoeTileConfig::kWide288, MoeTileConfig::kTall128Gather};
 
 // The configurations whose tiles divide the case's shape (the others are refused by resolveMoeTileConfig).
 std::vector<MoeTileConfig> configsFor(const Case& c) {
@@ -592,9 +593,9 @@ TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
     // Where the 256-row tile does not divide the layer (inter % 128 != 0), the wide shapes by entries per expert.
     p.inter = 192;
     const std::pair<int64_t, MoeTileConfig> without_tall[] = {
-        {8, MoeTileConfig::kSmall16},     {64, MoeTileConfig::kSmall16},   {80, MoeTileConfig::kSmall64},
-        {272, MoeTileConfig::kWide128},   {1024, MoeTileConfig::kWide128}, {1792, MoeTileConfig::kWide128},
-        {1808, MoeTileConfig::kWide288},  {4608, MoeTileConfig::kWide288}, {4624, MoeTileConfig::kWide256},
+        {8, MoeTileConfig::kSmall16},    {64, MoeTileConfig::kSmall16},   {80, MoeTileConfig::kSmall64},
+        {272, MoeTileConfig::kWide128},  {1024, MoeTileConfig::kWide128}, {1792, MoeTileConfig::kWide128},
+        {1808, MoeTileConfig::kWide288}, {4608, MoeTileConfig::kWide288}, {4624, MoeTileConfig::kWide256},
     };
     for (const auto& [tokens, config] : without_tall) {
         p.num_tokens = tokens;

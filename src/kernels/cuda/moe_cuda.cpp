@@ -383,10 +383,11 @@ TileShape tileShape(MoeTileConfig config) {
 
 bool parseMoeTileConfig(const char* text, MoeTileConfig* config) {
     static constexpr MoeTileConfig kAll[] = {
-        MoeTileConfig::kAuto,       MoeTileConfig::kTiny8,         MoeTileConfig::kSmall16, MoeTileConfig::kSmall32,
-        MoeTileConfig::kSmall64,    MoeTileConfig::kSmall128,      MoeTileConfig::kWide128, MoeTileConfig::kWide256,
-        MoeTileConfig::kWide288,    MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128, MoeTileConfig::kTall128Gather,
-        MoeTileConfig::kWide128Pair, MoeTileConfig::kWide256Pair};
+        MoeTileConfig::kAuto,          MoeTileConfig::kTiny8,      MoeTileConfig::kSmall16,
+        MoeTileConfig::kSmall32,       MoeTileConfig::kSmall64,    MoeTileConfig::kSmall128,
+        MoeTileConfig::kWide128,       MoeTileConfig::kWide256,    MoeTileConfig::kWide288,
+        MoeTileConfig::kWide256Gather, MoeTileConfig::kTall128,    MoeTileConfig::kTall128Gather,
+        MoeTileConfig::kWide128Pair,   MoeTileConfig::kWide256Pair};
     for (const MoeTileConfig c : kAll) {
         if (std::strcmp(text, moeTileConfigName(c)) == 0) {
             *config = c;

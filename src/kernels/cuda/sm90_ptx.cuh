@@ -296,8 +296,8 @@ __device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, uint64_
 // cpAsync16 (zero-filled when not `valid`) with an L2 policy for the bytes read.
 __device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, bool valid, uint64_t policy) {
     const uint32_t src_size = valid ? 16u : 0u;
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(dst), "l"(src),
-                 "r"(src_size), "l"(policy)
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(dst), "l"(src), "r"(src_size),
+                 "l"(policy)
                  : "memory");
 }
 
