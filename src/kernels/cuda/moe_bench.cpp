@@ -143,12 +143,13 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
     MoeBenchResult result = startBenchResult<MoeBenchRow>(stream.get(), o.warmup_ms);
     if constexpr (kDiagnosticBuild) {
         // On every table and CSV row: these kernels skip work (moe_grouped_gemm.h), their times are bounds.
-        result.device +=
-            fmt::format(" [DIAGNOSTIC BUILD, AFD_MOE_DIAG_SKIP={}:{}{}{}{}{}{}{}; results wrong]", AFD_MOE_DIAG_SKIP,
-                        kDiagSkipTokens ? " no token copies" : "", kDiagSkipMma ? " no MMAs" : "",
-                        kDiagSkipWeights ? " no weight copies" : "", kDiagSkipStores ? " no output stores" : "",
-                        kDiagNarrowH ? " h stored into 128 rows" : "", kDiagNarrowY ? " y stored into 128 rows" : "",
-                        kDiagLoadTokens ? " token rows also loaded into registers (tall128)" : "");
+        result.device += fmt::format(
+            " [DIAGNOSTIC BUILD, AFD_MOE_DIAG_SKIP={}:{}{}{}{}{}{}{}; times are bounds, results wrong where "
+            "work is skipped]",
+            AFD_MOE_DIAG_SKIP, kDiagSkipTokens ? " no token copies" : "", kDiagSkipMma ? " no MMAs" : "",
+            kDiagSkipWeights ? " no weight copies" : "", kDiagSkipStores ? " no output stores" : "",
+            kDiagNarrowH ? " h stored into 128 rows" : "", kDiagNarrowY ? " y stored into 128 rows" : "",
+            kDiagLoadTokens ? " token rows also loaded into registers (tall128)" : "");
     }
 
     const int64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
