@@ -670,25 +670,23 @@ TEST(MoeCudaTest, PlanFollowsTheOptionsRules) {
     off.dynamic_schedule = false;
     EXPECT_FALSE(planMoeCuda(p, off).dynamic_schedule);
 
-    // tall128g: no gather, but the item ring, the down kernel per expert and the combine by part of the token-TMA
-    // shapes, which need the permute kernel's words (none under the fused routing).
+    // tall128g (asked for at T = 1024, kAuto's choice at 256: 16 entries per expert): no gather, but the item ring, the
+    // down kernel per expert and the combine by part of the token-TMA shapes, which need the permute kernel's words
+    // (none under the fused routing).
     MoeCudaOptions tall_gather;
     tall_gather.tile = MoeTileConfig::kTall128Gather;
-    plan = planMoeCuda(p, tall_gather);
-    EXPECT_EQ(plan.tile, MoeTileConfig::kTall128Gather);
-    EXPECT_FALSE(plan.fused_routing);
-    EXPECT_FALSE(plan.slot_gather);
-    EXPECT_FALSE(plan.gather_in_gate_up);
-    EXPECT_FALSE(plan.gate_up_on_permute_words);
-    EXPECT_TRUE(plan.dynamic_schedule);
-    EXPECT_TRUE(plan.down_per_expert);
-    EXPECT_EQ(plan.combine_parts, 8);
-    p.num_tokens = 256;  // kAuto's choice at 16 entries per expert, with the same paths
-    plan = planMoeCuda(p, defaults);
-    EXPECT_EQ(plan.tile, MoeTileConfig::kTall128Gather);
-    EXPECT_TRUE(plan.dynamic_schedule);
-    EXPECT_TRUE(plan.down_per_expert);
-    EXPECT_EQ(plan.combine_parts, 8);
+    for (const auto& [tokens, options] : {std::pair{int64_t{1024}, tall_gather}, std::pair{int64_t{256}, defaults}}) {
+        p.num_tokens = tokens;
+        plan = planMoeCuda(p, options);
+        EXPECT_EQ(plan.tile, MoeTileConfig::kTall128Gather) << "T " << tokens;
+        EXPECT_FALSE(plan.fused_routing) << "T " << tokens;
+        EXPECT_FALSE(plan.slot_gather) << "T " << tokens;
+        EXPECT_FALSE(plan.gather_in_gate_up) << "T " << tokens;
+        EXPECT_FALSE(plan.gate_up_on_permute_words) << "T " << tokens;
+        EXPECT_TRUE(plan.dynamic_schedule) << "T " << tokens;
+        EXPECT_TRUE(plan.down_per_expert) << "T " << tokens;
+        EXPECT_EQ(plan.combine_parts, 8) << "T " << tokens;
+    }
     p.num_tokens = 24;  // 192 entries: the fused routing, so none of the three
     plan = planMoeCuda(p, tall_gather);
     EXPECT_TRUE(plan.fused_routing);

@@ -206,8 +206,7 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
     static constexpr bool kDiagTokenLoads = kDiagLoadTokens && kTmaTokens && kConsumers == 2 && kMBlocks == 2;
     static constexpr int kDiagTokenPieces = 4;  // 64 rows x 8 pieces of 16 bytes / 128 threads
 
-    // Element offsets of this thread's rows in the token source (x through slot_token in the gate-up kernel, h in the
-    // down kernel), -1 past the item's tokens.
+    // Element offsets of this thread's rows in the token source (diagTokenSource), -1 past the item's tokens.
     __device__ __forceinline__ static void diagTokenRows(const GroupedGemmArgs& args, const Item& item, int wg,
                                                          int ctid, int (&rows)[kDiagTokenPieces]) {
 #pragma unroll
@@ -216,18 +215,24 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
             int offset = -1;
             if (r < item.ntok) {
                 const int slot = item.slot_base + r;
-                const int src_row = kGateUp ? __ldg(args.slot_token + slot) : slot;
+                const int src_row = kGateUp && args.gather_x != nullptr ? __ldg(args.slot_token + slot) : slot;
                 offset = src_row * args.b_ld + (ctid & 7) * 8;  // the diagnostic shapes stay below 2^31 elements
             }
             rows[q] = offset;
         }
     }
 
+    // The rows the loads read: x (rows through slot_token) in the gate-up kernels that gather their own rows, else the
+    // rows in slot order the token boxes read (x_sorted, h).
+    __device__ __forceinline__ static const uint16_t* diagTokenSource(const GroupedGemmArgs& args) {
+        return kGateUp && args.gather_x != nullptr ? args.gather_x : args.b_src;
+    }
+
     // Folds the pieces loaded for the previous k-block into `sink`, then loads k-block kb's (none for kb < 0).
     __device__ __forceinline__ static void diagLoadTokens(const GroupedGemmArgs& args, int kb, int ctid,
                                                           const int (&rows)[kDiagTokenPieces],
                                                           uint4 (&pending)[kDiagTokenPieces], uint32_t& sink) {
-        const uint16_t* src = kGateUp && args.gather_x != nullptr ? args.gather_x : args.b_src;
+        const uint16_t* src = diagTokenSource(args);
 #pragma unroll
         for (int q = 0; q < kDiagTokenPieces; ++q) {
             sink ^= pending[q].x ^ pending[q].y ^ pending[q].z ^ pending[q].w;

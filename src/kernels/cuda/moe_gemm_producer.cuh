@@ -297,6 +297,20 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                         issueWeights(tmap, args, sh, stage, item, kb, policy);
                     }
                 }
+                if constexpr (!kGateUp && (kTmaTokens || L::kTall128Gather)) {
+                    // The down kernel per expert: the item's expert's h rows are stored. In tall128g every producer
+                    // thread acquires the count before it copies its rows of h.
+                    if (kb == 0 && args.h_ready != nullptr && item.expert != ready_expert) {
+                        const uint64_t wait_start = args.trace != nullptr ? sm90::globalTimer() : 0;
+                        waitExpertReady(
+                            args.h_ready, item.expert,
+                            args.h_ready_items_per_tile * (sh.tiles[item.expert + 1] - sh.tiles[item.expert]));
+                        if (args.trace != nullptr) {
+                            waited_ns += sm90::globalTimer() - wait_start;
+                        }
+                        ready_expert = item.expert;
+                    }
+                }
                 if constexpr (kTmaTokens) {
                     if constexpr (kGateUp) {
                         // The item's expert's rows of x_sorted are written (once per run of items of one expert).
@@ -314,35 +328,10 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                             ready_expert = item.expert;
                         }
                     }
-                    if constexpr (!kGateUp) {
-                        if (kb == 0 && args.h_ready != nullptr && item.expert != ready_expert) {
-                            const uint64_t wait_start = args.trace != nullptr ? sm90::globalTimer() : 0;
-                            waitExpertReady(
-                                args.h_ready, item.expert,
-                                args.h_ready_items_per_tile * (sh.tiles[item.expert + 1] - sh.tiles[item.expert]));
-                            if (args.trace != nullptr) {
-                                waited_ns += sm90::globalTimer() - wait_start;
-                            }
-                            ready_expert = item.expert;
-                        }
-                    }
                     if constexpr (!kDiagSkipTokens) {
                         issueTokenBoxes(tmap_b, tmap_b_full, sh, stage, item, npad, kb, token_policy);
                     }
                 } else {
-                    if constexpr (!kGateUp && L::kTall128Gather) {
-                        // Each producer thread acquires the expert's count before it copies its rows of h.
-                        if (kb == 0 && args.h_ready != nullptr && item.expert != ready_expert) {
-                            const uint64_t wait_start = args.trace != nullptr ? sm90::globalTimer() : 0;
-                            waitExpertReady(
-                                args.h_ready, item.expert,
-                                args.h_ready_items_per_tile * (sh.tiles[item.expert + 1] - sh.tiles[item.expert]));
-                            if (args.trace != nullptr) {
-                                waited_ns += sm90::globalTimer() - wait_start;
-                            }
-                            ready_expert = item.expert;
-                        }
-                    }
                     if constexpr (!kDiagSkipTokens) {
                         issueTokens(args, sh, stage, offsets, npad, kb, ptid, token_policy);
                     }
