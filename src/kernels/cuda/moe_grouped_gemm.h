@@ -26,8 +26,9 @@ inline constexpr bool kDiagSkipStores = (AFD_MOE_DIAG_SKIP & 8) != 0;   // no ep
 inline constexpr bool kDiagNarrowH = (AFD_MOE_DIAG_SKIP & 16) != 0;
 inline constexpr bool kDiagNarrowY = (AFD_MOE_DIAG_SKIP & 32) != 0;
 // Work added instead of skipped: tall128's consumer threads also load their items' token rows into registers (16-byte
-// loads from x through slot_token, or from h) each k-block and discard them: what a kernel whose wgmma A operand comes
-// from registers would load (docs/cuda-moe-notes.md v27).
+// loads from x through slot_token where the gate-up kernel gathers x itself, else from the rows in slot order) each
+// k-block and discard them: what a kernel whose wgmma A operand comes from registers would load (docs/cuda-moe-notes.md
+// v27).
 inline constexpr bool kDiagLoadTokens = (AFD_MOE_DIAG_SKIP & 64) != 0;
 inline constexpr bool kDiagnosticBuild = AFD_MOE_DIAG_SKIP != 0;
 
@@ -169,7 +170,7 @@ inline constexpr TileShape kWide256GatherShape{2, 1, 256, 4, false, 1};
 inline constexpr TileShape kTall128Shape{2, 2, 128, 4, true, 1};
 // tall128's tile with its token rows copied by cp.async straight from x (through slot_token) and from h: no gather
 // and no x_sorted. The one cp.async shape that also takes the dynamic schedule, the down kernel per expert and the
-// combine by part (Layout::kTall128Gather, tallGatherFeatures).
+// combine by part (isTall128Gather below, Layout::kTall128Gather).
 inline constexpr TileShape kTall128GatherShape{2, 2, 128, 4, false, 1};
 inline constexpr TileShape kWide128PairShape{2, 1, 128, 6, true, 2};
 inline constexpr TileShape kWide256PairShape{2, 1, 256, 4, true, 2};
