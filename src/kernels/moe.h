@@ -26,6 +26,10 @@ struct MoeParams {
     int64_t inter = 0;        // I
     int64_t num_experts = 0;  // E_local: valid ids are [0, num_experts)
     int64_t top_k = 0;        // K: routing entries per token
+    // Experts the routing chooses among, across every FFN rank (0: num_experts, one rank serves them all). Only the
+    // CUDA backend's choices by routing entries per expert read it: this rank expects to serve
+    // T K num_experts / routed_experts of the T K entries, which the host cannot count before the launch.
+    int64_t routed_experts = 0;
     ActDType act_dtype = ActDType::kF32;
 
     const void* x = nullptr;               // [T, H] act_dtype

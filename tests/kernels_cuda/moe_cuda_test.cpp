@@ -603,6 +603,35 @@ TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
     }
 }
 
+// An FFN rank serving half of the 128 routed experts (MoeParams::routed_experts) sees every routing entry but serves
+// about half of them: its choices by entries per expert follow the served half, so they match one rank's at the same
+// T (the rank used to count all entries against its 64 experts: twice the density). kTiny8's rule counts entries (the
+// experts a batch touches), so the half rank keeps it up to T = 4 (16 served entries, as one rank's T = 2).
+TEST(MoeCudaTest, ChoicesFollowTheEntriesThisRankServes) {
+    MoeParams one_rank = qwen3Layer();
+    MoeParams half = qwen3Layer();
+    half.num_experts = 64;
+    half.routed_experts = 128;
+    for (const int64_t tokens : {1, 2, 6, 7, 8, 64, 159, 160, 383, 384, 1024, 2048, 4096}) {
+        one_rank.num_tokens = tokens;
+        half.num_tokens = tokens;
+        const MoeCudaPlan one = planMoeCuda(one_rank, MoeCudaOptions{});
+        const MoeCudaPlan served = planMoeCuda(half, MoeCudaOptions{});
+        EXPECT_EQ(served.tile, one.tile) << "T " << tokens;
+        EXPECT_EQ(served.down_per_expert, one.down_per_expert) << "T " << tokens;
+        EXPECT_EQ(served.combine_parts, one.combine_parts) << "T " << tokens;
+    }
+    half.num_tokens = 4;
+    EXPECT_EQ(resolveMoeTileConfig(half, MoeCudaOptions{}), MoeTileConfig::kTiny8);
+    half.num_tokens = 6;  // 48 entries, about 24 served: small16, where all 48 counted against 64 experts took tall128
+    EXPECT_EQ(resolveMoeTileConfig(half, MoeCudaOptions{}), MoeTileConfig::kSmall16);
+    half.routed_experts = 0;
+    EXPECT_EQ(resolveMoeTileConfig(half, MoeCudaOptions{}), MoeTileConfig::kTall128);
+    half.routed_experts = 32;  // fewer routed experts than this rank holds
+    EXPECT_THROW(resolveMoeTileConfig(half, MoeCudaOptions{}), core::Error);
+    EXPECT_THROW(planMoeCuda(half, MoeCudaOptions{}), core::Error);
+}
+
 // The paths moeForwardCuda takes at the Qwen3-30B-A3B shapes (no device needed): each option applies only where its
 // rule allows it, and turning an option off turns its path off.
 TEST(MoeCudaTest, PlanFollowsTheOptionsRules) {

@@ -210,6 +210,9 @@ void CudaFfnCompute::enqueue(int64_t layer, int64_t rows) {
     p.inter = d.inter;
     p.num_experts = d.num_experts;
     p.top_k = d.is_moe ? config_.num_experts_per_tok : 1;
+    // The routing chooses among every rank's experts; this rank serves d.num_experts of them (the kernels' choices
+    // by entries per expert follow the share it serves).
+    p.routed_experts = d.is_moe ? config_.num_experts : 0;
     p.act_dtype = kernels::ActDType::kBf16;
     p.x = x_dev_.get();
     p.topk_ids = ids_dev_.as<int32_t>();

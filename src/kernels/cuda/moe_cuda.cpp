@@ -112,6 +112,16 @@ constexpr int64_t kTinyEntries = 16;
 constexpr int64_t kTallGatherMinMean = 10;
 constexpr int64_t kTallGatherMaxMean = 24;
 
+// The routing entries this rank expects to serve (MoeParams::routed_experts): what the choices by entries per expert
+// (the tile, the down kernel per expert, the combine by part, the weights' L2 policy, the early release) measure, since
+// an FFN rank among R sees every entry but serves about one in R.
+int64_t servedEntries(const MoeParams& p) {
+    AFD_CHECK(p.routed_experts == 0 || p.routed_experts >= p.num_experts,
+              "MoE routed_experts {} is below num_experts {} (0 means num_experts)", p.routed_experts, p.num_experts);
+    const int64_t entries = p.num_tokens * p.top_k;
+    return p.routed_experts > p.num_experts ? entries * p.num_experts / p.routed_experts : entries;
+}
+
 bool shapeFits(const MoeParams& p, const TileShape& s) {
     return p.inter % (cuda::gateUpColumnsPerItem(s) * s.cluster) == 0 &&
            p.hidden % (cuda::downRowsPerItem(s) * s.cluster) == 0;
@@ -304,15 +314,15 @@ GroupedGemmArgs commonArgs(const MoeParams& params, const Resolved& r, const Moe
     args.slot_offset = r.view.slot_offset;
     args.tile_offset = r.view.tile_offset;
     args.num_experts = static_cast<int>(params.num_experts);
-    args.weights_read_once =
-        params.num_tokens * params.top_k <= params.num_experts * static_cast<int64_t>(r.shape.block_tokens) ? 1 : 0;
+    const int64_t served = servedEntries(params);
+    args.weights_read_once = served <= params.num_experts * static_cast<int64_t>(r.shape.block_tokens) ? 1 : 0;
     // Every shape but those of one 64-row block per consumer and at most 128 tokens (the small ones, wide128 and its
     // pair), whose batches are memory-bound (MoeCudaOptions::shared_weights_in_l2).
     args.weights_shared_per_item =
         options.shared_weights_in_l2 && (r.shape.block_tokens > 128 || r.shape.m_blocks > 1) ? 1 : 0;
     args.top_k = static_cast<int>(params.top_k);
-    const bool few_entries = params.num_tokens * params.top_k <=
-                             static_cast<int64_t>(options.early_release_entries_per_expert) * params.num_experts;
+    const bool few_entries =
+        served <= static_cast<int64_t>(options.early_release_entries_per_expert) * params.num_experts;
     args.release_early = options.early_stage_release && few_entries ? 1 : 0;
     args.max_token_tiles = static_cast<int>(params.num_tokens * params.top_k);
     if (r.fused_routing) {
@@ -443,9 +453,10 @@ MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions
     // SM, the token tile just above the typical count so each expert's weights stream once) and the wide shapes.
     // NOTE: the CTA-pair shapes measured the same as the single-CTA ones (docs/cuda-moe-notes.md, v8), so the
     // simpler launch is kept.
-    const int64_t mean = params.num_experts > 0 ? params.num_tokens * params.top_k / params.num_experts : 0;
-    MoeTileConfig config =
-        params.num_tokens * params.top_k <= kTinyEntries ? MoeTileConfig::kTiny8 : MoeTileConfig::kSmall16;
+    // Entries per expert: of the entries this rank serves (servedEntries), which are all of them with one FFN rank.
+    const int64_t entries = servedEntries(params);
+    const int64_t mean = params.num_experts > 0 ? entries / params.num_experts : 0;
+    MoeTileConfig config = entries <= kTinyEntries ? MoeTileConfig::kTiny8 : MoeTileConfig::kSmall16;
     // NOTE: kWide288 up to 288 entries per expert: with uniform routing at T = 4096 it is 8 % faster than kWide256
     // (most experts then read their weights once), with zipf routing 5 % slower (docs/cuda-moe-notes.md, v10).
     // The boundaries around kWide128 are v14's sweep (docs/bench-runs/v14-experiments.log, calls 19-20): from a mean of
@@ -466,7 +477,6 @@ MoeTileConfig resolveMoeTileConfig(const MoeParams& params, const MoeCudaOptions
     // uniform 298 against 303 us, zipf 304.5 against 308); at 8 and from 24 it is slower.
     const MoeTileConfig tall = MoeTileConfig::kTall128;
     const MoeTileConfig tall_gather = MoeTileConfig::kTall128Gather;
-    const int64_t entries = params.num_tokens * params.top_k;
     if (entries > kTinyEntries && 2 * entries >= params.num_experts && shapeFits(params, cuda::tileShape(tall))) {
         config = mean >= kTallGatherMinMean && mean < kTallGatherMaxMean ? tall_gather : tall;
     } else if (mean > 288) {
@@ -503,7 +513,8 @@ MoeCudaPlan planMoeCuda(const MoeParams& params, const MoeCudaOptions& options) 
     plan.gather_in_gate_up = plan.slot_gather && !(options.gate_up_prefetch && plan.tile == MoeTileConfig::kWide128);
     // Memory-bound batches only (at most kDownPerExpertEntries routing entries per expert on average): at T = 16384
     // the down items beside the gate-up kernel's last ones (and its gather in two warps, not three) were 2-5 % slower.
-    const bool memory_bound = entries <= kDownPerExpertEntries * params.num_experts;
+    const int64_t served = servedEntries(params);
+    const bool memory_bound = served <= kDownPerExpertEntries * params.num_experts;
     plan.down_per_expert =
         options.down_per_expert && memory_bound && ring_paths && shape.cluster == 1 && !plan.fused_combine;
     // The combine by part: one part per weight tile of the down kernel (a block of hidden rows), whose columns the
@@ -511,7 +522,7 @@ MoeCudaPlan planMoeCuda(const MoeParams& params, const MoeCudaOptions& options) 
     const int64_t parts = params.hidden / cuda::downRowsPerItem(shape);
     const int64_t part_cols = parts > 0 ? params.hidden / parts : 0;
     const bool by_part = options.combine_by_part && plan.down_per_expert &&
-                         entries <= kCombineByPartEntriesPerExpert * params.num_experts && parts >= 1 &&
+                         served <= kCombineByPartEntriesPerExpert * params.num_experts && parts >= 1 &&
                          parts <= cuda::kMaxCombineParts && part_cols >= 8 && part_cols % 8 == 0 &&
                          256 % (part_cols / 8) == 0;
     plan.combine_parts = by_part ? static_cast<int>(parts) : 0;
