@@ -144,12 +144,13 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
     if constexpr (kDiagnosticBuild) {
         // On every table and CSV row: these kernels skip work (moe_grouped_gemm.h), their times are bounds.
         result.device += fmt::format(
-            " [DIAGNOSTIC BUILD, AFD_MOE_DIAG_SKIP={}:{}{}{}{}{}{}{}; times are bounds, results wrong where "
+            " [DIAGNOSTIC BUILD, AFD_MOE_DIAG_SKIP={}:{}{}{}{}{}{}{}{}; times are bounds, results wrong where "
             "work is skipped]",
             AFD_MOE_DIAG_SKIP, kDiagSkipTokens ? " no token copies" : "", kDiagSkipMma ? " no MMAs" : "",
             kDiagSkipWeights ? " no weight copies" : "", kDiagSkipStores ? " no output stores" : "",
             kDiagNarrowH ? " h stored into 128 rows" : "", kDiagNarrowY ? " y stored into 128 rows" : "",
-            kDiagLoadTokens ? " token rows also loaded into registers (tall128)" : "");
+            kDiagLoadTokens ? " token rows also loaded into registers (tall128)" : "",
+            kDiagSkipPairedHotWeights ? " no weight copies for hot experts' odd token tiles" : "");
     }
 
     const int64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());

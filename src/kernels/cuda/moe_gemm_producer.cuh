@@ -50,13 +50,22 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                                                         uint64_t policy) {
         uint8_t* a = sh.base + L::kAOffset + stage * L::kABytes;
         uint64_t* bar = &sh.full[stage];
-        uint32_t tx = kDiagSkipWeights ? 0 : L::kABytes;
+        bool skip_weights = kDiagSkipWeights;
+        if constexpr (kDiagSkipPairedHotWeights) {
+            // The item's token tile m (rows are experts in the token-TMA shapes): slot_base = the expert's first slot
+            // + m * multiTileTokens.
+            if (item.expert_tiles > 1 && sh.experts == nullptr) {
+                const int m = (item.slot_base - sh.slots[item.expert]) / multiTileTokens(kBlockTokens);
+                skip_weights = (m & 1) != 0;
+            }
+        }
+        uint32_t tx = skip_weights ? 0 : L::kABytes;
         if constexpr (kTmaTokens && !kDiagSkipTokens) {
             const int npad = paddedTokens<kBlockTokens>(item.ntok);
             tx += tokenBoxes(npad) * tokenBoxRows(npad) * kRowBytes;
         }
         sm90::mbarArriveExpectTx(bar, tx);
-        if constexpr (kDiagSkipWeights) {
+        if (skip_weights) {
             return;
         }
         // box {64 k, 64 rows, kBlocks units of 64 rows, 1 k-block, 1 expert}: kBlocks blocks of 8 KB, one run of

@@ -30,6 +30,11 @@ inline constexpr bool kDiagNarrowY = (AFD_MOE_DIAG_SKIP & 32) != 0;
 // k-block and discard them: what a kernel whose wgmma A operand comes from registers would load (docs/cuda-moe-notes.md
 // v27).
 inline constexpr bool kDiagLoadTokens = (AFD_MOE_DIAG_SKIP & 64) != 0;
+// The items of an expert with several token tiles whose token tile is odd copy no weights (their stages hold stale
+// weights and their token rows): what CTA pairs multicasting a hot expert's weight tile to its token tiles 2j and
+// 2j + 1 could save at most, since the pair's second SM would neither read the tile from L2 nor, unlike multicast,
+// receive it.
+inline constexpr bool kDiagSkipPairedHotWeights = (AFD_MOE_DIAG_SKIP & 128) != 0;
 inline constexpr bool kDiagnosticBuild = AFD_MOE_DIAG_SKIP != 0;
 
 // Arguments of one grouped GEMM launch (device pointers; shapes in elements).
