@@ -87,7 +87,7 @@ void rawEcho(int fd) {
 }
 
 class Fixture {
- public:
+public:
     Fixture() {
         core::Result<Listener> probe = listenTcp("127.0.0.1", 0);
         AFD_CHECK(probe.isOk(), "{}", probe.status().toString());
@@ -160,7 +160,7 @@ class Fixture {
         benchmark::DoNotOptimize(raw_in_.data());
     }
 
- private:
+private:
     std::unique_ptr<AttentionConnector> attention_;
     std::unique_ptr<FfnConnector> ffn_;
     std::jthread ffn_thread_;

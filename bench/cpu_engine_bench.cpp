@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "attention/engine.h"
@@ -77,8 +77,8 @@ void BM_LoadWeights(benchmark::State& state) {
         // Views are mapped lazily: read their bytes so every checkpoint byte has been read once, as cat does.
         uint64_t sum = touch(weights->embed) + touch(weights->lm_head) + touch(weights->final_norm);
         for (const auto& a : weights->attention) {
-            for (const auto* t : {&a.input_norm, &a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &a.q_norm, &a.k_norm,
-                                  &a.post_norm}) {
+            for (const auto* t :
+                 {&a.input_norm, &a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &a.q_norm, &a.k_norm, &a.post_norm}) {
                 sum += touch(*t);
             }
         }
@@ -124,7 +124,13 @@ void BM_Decode(benchmark::State& state) {
 
 BENCHMARK(BM_CatFiles)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_LoadWeights)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Decode)->Args({0, 1})->Args({0, 8})->Args({1, 1})->Args({1, 8})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Decode)
+    ->Args({0, 1})
+    ->Args({0, 8})
+    ->Args({1, 1})
+    ->Args({1, 8})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 

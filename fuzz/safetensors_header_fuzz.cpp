@@ -21,8 +21,10 @@ void checkAccepted(const afd::model::SafetensorsHeader& header, size_t size) {
         bool has_zero = false;
         for (int64_t d : info.shape) {
             require(d >= 0);
-            if (d == 0) has_zero = true;
-            else require(!__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel));
+            if (d == 0)
+                has_zero = true;
+            else
+                require(!__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel));
         }
         if (has_zero) numel = 0;
         require(numel * afd::core::dtypeSize(info.dtype) == info.nbytes());

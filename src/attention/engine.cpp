@@ -55,8 +55,9 @@ core::Result<std::unique_ptr<Engine>> Engine::create(const model::ModelConfig& c
     try {
         return std::make_unique<Engine>(config, weights, backend, options);
     } catch (const std::bad_alloc&) {
-        return core::invalidArgument("the KV cache does not fit in memory: lower --num-kv-blocks, --kv-cache-mb, "
-                                     "--max-num-seqs or --max-model-len");
+        return core::invalidArgument(
+            "the KV cache does not fit in memory: lower --num-kv-blocks, --kv-cache-mb, "
+            "--max-num-seqs or --max-model-len");
     }
 }
 
@@ -65,8 +66,8 @@ core::Result<int64_t> Engine::addRequest(std::vector<int32_t> prompt, const Samp
     AFD_RETURN_IF_ERROR(params.validate());
     for (size_t i = 0; i < prompt.size(); ++i) {
         if (prompt[i] < 0 || prompt[i] >= config_.vocab_size) {
-            return core::invalidArgument("prompt token {} at index {} is outside the vocabulary [0, {})", prompt[i],
-                                         i, config_.vocab_size);
+            return core::invalidArgument("prompt token {} at index {} is outside the vocabulary [0, {})", prompt[i], i,
+                                         config_.vocab_size);
         }
     }
     auto seq = std::make_unique<Sequence>();

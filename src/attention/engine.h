@@ -21,10 +21,10 @@ namespace afd::attention {
 struct EngineOptions {
     SchedulerOptions scheduler;
     int64_t block_size = 16;
-    int64_t num_kv_blocks = 0;         // 0: enough for max_num_seqs sequences of max_model_len, within kv_cache_bytes
+    int64_t num_kv_blocks = 0;  // 0: enough for max_num_seqs sequences of max_model_len, within kv_cache_bytes
     uint64_t kv_cache_bytes = 1ull << 30;  // budget for the automatic block count
-    bool dual_batch_overlap = false;   // split every step into two stages
-    int64_t dbo_min_tokens = 2;        // steps with fewer tokens leave the second stage empty
+    bool dual_batch_overlap = false;       // split every step into two stages
+    int64_t dbo_min_tokens = 2;            // steps with fewer tokens leave the second stage empty
     core::Status validate() const;
 };
 

@@ -23,8 +23,8 @@ std::optional<int32_t> BlockAllocator::allocate() {
 }
 
 void BlockAllocator::release(int32_t block) {
-    AFD_CHECK(block >= 0 && block < num_blocks_ && in_use_[static_cast<size_t>(block)], "release of block {} not in use",
-              block);
+    AFD_CHECK(block >= 0 && block < num_blocks_ && in_use_[static_cast<size_t>(block)],
+              "release of block {} not in use", block);
     in_use_[static_cast<size_t>(block)] = 0;
     free_.push_back(block);
 }
@@ -42,8 +42,8 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape), allocator_(shape.nu
 }
 
 kernels::PagedKvLayout KvCache::layout(const int32_t* block_tables, int64_t max_blocks_per_seq) const {
-    return {shape_.num_blocks, shape_.block_size, shape_.num_kv_heads, shape_.head_dim, block_tables,
-            max_blocks_per_seq};
+    return {shape_.num_blocks, shape_.block_size, shape_.num_kv_heads,
+            shape_.head_dim,   block_tables,      max_blocks_per_seq};
 }
 
 }  // namespace afd::attention

@@ -33,7 +33,7 @@ public:
 
 private:
     int64_t num_blocks_;
-    std::vector<int32_t> free_;   // LIFO: recently freed blocks are reused first
+    std::vector<int32_t> free_;  // LIFO: recently freed blocks are reused first
     std::vector<uint8_t> in_use_;
 };
 

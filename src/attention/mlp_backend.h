@@ -31,8 +31,8 @@ public:
     virtual core::Status endStep() = 0;
     // Per-layer time this backend spent, for reports; backends without a breakdown return an empty vector.
     struct LayerTiming {
-        double compute_seconds = 0.0;  // local compute
-        double transfer_seconds = 0.0; // waiting on / moving data to and from peers
+        double compute_seconds = 0.0;   // local compute
+        double transfer_seconds = 0.0;  // waiting on / moving data to and from peers
     };
     virtual std::vector<LayerTiming> layerTimings() const { return {}; }
 };

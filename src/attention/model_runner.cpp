@@ -120,7 +120,8 @@ core::Result<core::Tensor> ModelRunner::forward(const ForwardBatch& b, uint64_t 
     // submit its MLP, so one stage's attention overlaps the other stage's MLP.
     auto collectInto = [&](int64_t layer, int s) -> core::Status {
         AFD_RETURN_IF_ERROR(backend_.collect(layer, s));
-        for (int64_t i = stageBegin(s) * H; i < stageEnd(s) * H; ++i) hidden_[static_cast<size_t>(i)] += mlp_out_[static_cast<size_t>(i)];
+        for (int64_t i = stageBegin(s) * H; i < stageEnd(s) * H; ++i)
+            hidden_[static_cast<size_t>(i)] += mlp_out_[static_cast<size_t>(i)];
         return core::Status::ok();
     };
     for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
@@ -144,7 +145,8 @@ core::Result<core::Tensor> ModelRunner::forward(const ForwardBatch& b, uint64_t 
     kernels::rmsNormCpu({R, H, static_cast<float>(config_.rms_norm_eps), final_rows.data(), bf16(weights_.final_norm),
                          final_rows.data()});
     core::Tensor logits = core::Tensor::empty(core::DType::kF32, {R, config_.vocab_size});
-    if (R > 0) linear(R, H, config_.vocab_size, final_rows.data(), weights_.lm_head, core::Tensor(), logits.data<float>());
+    if (R > 0)
+        linear(R, H, config_.vocab_size, final_rows.data(), weights_.lm_head, core::Tensor(), logits.data<float>());
     return logits;
 }
 

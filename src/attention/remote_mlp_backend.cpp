@@ -104,7 +104,8 @@ core::Status RemoteMlpBackend::dispatchM2n(int64_t layer, int stage, const float
                 const int32_t e = router_ids_[static_cast<size_t>(t * K + j)];
                 const bool here = e >= range.begin && e < range.end;
                 p.send_ids[static_cast<size_t>(row * K + j)] = here ? static_cast<int32_t>(e - range.begin) : -1;
-                p.send_weights[static_cast<size_t>(row * K + j)] = here ? router_weights_[static_cast<size_t>(t * K + j)] : 0.0f;
+                p.send_weights[static_cast<size_t>(row * K + j)] =
+                    here ? router_weights_[static_cast<size_t>(t * K + j)] : 0.0f;
             }
             ++row;
         }
@@ -119,8 +120,8 @@ core::Status RemoteMlpBackend::dispatchM2n(int64_t layer, int stage, const float
     }
     timings_[static_cast<size_t>(layer)].compute_seconds += secondsSince(router_start);
     const auto send_start = std::chrono::steady_clock::now();
-    AFD_RETURN_IF_ERROR(connector_.dispatch({step_, static_cast<uint32_t>(layer), static_cast<uint32_t>(stage)},
-                                            p.payloads));
+    AFD_RETURN_IF_ERROR(
+        connector_.dispatch({step_, static_cast<uint32_t>(layer), static_cast<uint32_t>(stage)}, p.payloads));
     timings_[static_cast<size_t>(layer)].transfer_seconds += secondsSince(send_start);
     return core::Status::ok();
 }
@@ -144,8 +145,8 @@ core::Status RemoteMlpBackend::submit(int64_t layer, int stage, const float* x, 
     p.payloads[0].segments = {
         core::Tensor::view(const_cast<float*>(x), core::DType::kF32, {num_tokens, config_.hidden_size})};
     const auto start = std::chrono::steady_clock::now();
-    AFD_RETURN_IF_ERROR(connector_.dispatch({step_, static_cast<uint32_t>(layer), static_cast<uint32_t>(stage)},
-                                            p.payloads));
+    AFD_RETURN_IF_ERROR(
+        connector_.dispatch({step_, static_cast<uint32_t>(layer), static_cast<uint32_t>(stage)}, p.payloads));
     timings_[static_cast<size_t>(layer)].transfer_seconds += secondsSince(start);
     return core::Status::ok();
 }

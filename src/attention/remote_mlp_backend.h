@@ -42,10 +42,10 @@ private:
         int64_t layer = -1;
         int64_t num_tokens = 0;
         float* out = nullptr;
-        std::vector<float> send_hidden;             // m2n: per-peer rows packed back to back [Σrows, H]
-        std::vector<int32_t> send_ids;              // m2n: [Σrows, K]
-        std::vector<float> send_weights;            // m2n: [Σrows, K]
-        std::vector<std::vector<int64_t>> tokens;   // m2n: per peer, the stage's token index of each row
+        std::vector<float> send_hidden;            // m2n: per-peer rows packed back to back [Σrows, H]
+        std::vector<int32_t> send_ids;             // m2n: [Σrows, K]
+        std::vector<float> send_weights;           // m2n: [Σrows, K]
+        std::vector<std::vector<int64_t>> tokens;  // m2n: per peer, the stage's token index of each row
         std::vector<transport::FramePayload> payloads;
     };
 

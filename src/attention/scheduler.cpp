@@ -8,10 +8,14 @@ namespace afd::attention {
 
 std::string_view finishReasonName(FinishReason reason) {
     switch (reason) {
-        case FinishReason::kNone: return "none";
-        case FinishReason::kLength: return "length";
-        case FinishReason::kStop: return "stop";
-        case FinishReason::kAborted: return "abort";
+        case FinishReason::kNone:
+            return "none";
+        case FinishReason::kLength:
+            return "length";
+        case FinishReason::kStop:
+            return "stop";
+        case FinishReason::kAborted:
+            return "abort";
     }
     return "unknown";
 }
@@ -24,7 +28,8 @@ core::Status SchedulerOptions::validate() const {
     if (max_model_len < 2 || max_model_len > (int64_t{1} << 30)) {
         return core::invalidArgument("max_model_len must be in [2, 2^30], got {}", max_model_len);
     }
-    if (max_num_seqs > (int64_t{1} << 20)) return core::invalidArgument("max_num_seqs must be <= 2^20, got {}", max_num_seqs);
+    if (max_num_seqs > (int64_t{1} << 20))
+        return core::invalidArgument("max_num_seqs must be <= 2^20, got {}", max_num_seqs);
     return core::Status::ok();
 }
 

@@ -26,8 +26,8 @@ struct Sequence {
 
     SequenceStatus status = SequenceStatus::kWaiting;
     FinishReason finish_reason = FinishReason::kNone;
-    int64_t num_computed = 0;      // tokens whose KV is in the cache
-    std::vector<int32_t> blocks;   // block table
+    int64_t num_computed = 0;     // tokens whose KV is in the cache
+    std::vector<int32_t> blocks;  // block table
     int64_t num_preemptions = 0;
 
     int64_t numTokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }

@@ -26,7 +26,8 @@ void addGenModelCommand(CLI::App& app, int& exit_code) {
     auto* config = cmd->add_option("--config", options->config_path, "a config.json to take the shapes from");
     preset->excludes(config);
     cmd->add_option("--out", options->out, "output directory")->required();
-    cmd->add_option("--layers", options->layers, "override num_hidden_layers")->check(CLI::Range(int64_t{1}, int64_t{100000}));
+    cmd->add_option("--layers", options->layers, "override num_hidden_layers")
+        ->check(CLI::Range(int64_t{1}, int64_t{100000}));
     cmd->add_option("--seed", options->seed, "random seed (same seed, same weights)");
     cmd->add_option("--max-shard-gb", options->max_shard_gb, "largest shard in GB (HF-style sharding)")
         ->check(CLI::PositiveNumber);
@@ -57,8 +58,8 @@ void addGenModelCommand(CLI::App& app, int& exit_code) {
             return;
         }
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        AFD_LOG_INFO("wrote {} ({} layers, {} experts, hidden {}) in {:.1f} s", options->out,
-                     config->num_hidden_layers, config->num_experts, config->hidden_size, seconds);
+        AFD_LOG_INFO("wrote {} ({} layers, {} experts, hidden {}) in {:.1f} s", options->out, config->num_hidden_layers,
+                     config->num_experts, config->hidden_size, seconds);
         exit_code = core::kExitOk;
     });
 }

@@ -13,8 +13,8 @@
 #include "attention/offline.h"
 #include "attention/remote_mlp_backend.h"
 #include "cli/commands.h"
-#include "core/exit_codes.h"
 #include "cli/model_loading.h"
+#include "core/exit_codes.h"
 #include "core/logging.h"
 #include "model/fingerprint.h"
 #include "model/weights.h"
@@ -199,8 +199,8 @@ int runGenerate(const GenerateOptions& options) {
         AFD_LOG_ERROR("{}", status.message());
         return core::kExitBadConfig;
     }
-    auto afd = transport::resolveAfdConfig(options.additional_config, options.afd_config_file,
-                                           transport::Role::kAttention);
+    auto afd =
+        transport::resolveAfdConfig(options.additional_config, options.afd_config_file, transport::Role::kAttention);
     if (!afd.isOk()) {
         AFD_LOG_ERROR("{}", afd.status().message());
         return core::kExitBadConfig;
@@ -260,10 +260,9 @@ void addGenerateCommand(CLI::App& app, int& exit_code) {
     cmd->add_flag("--dbo", options->engine.dual_batch_overlap, "split each step into two stages");
     cmd->add_flag("--json", options->json, "print one JSON object with new_ids and prompt_last_logits");
     cmd->add_option("--additional-config", options->additional_config,
-                     "JSON with an \"afd\" object: run as one attention rank of an AFD deployment");
+                    "JSON with an \"afd\" object: run as one attention rank of an AFD deployment");
     cmd->add_option("--afd-config", options->afd_config_file, "a file holding the AFD config (instead of the flag)");
-    cmd->add_option("--attention-rank", options->attention_rank, "this process's attention rank (AFD)")
-        ->default_val(0);
+    cmd->add_option("--attention-rank", options->attention_rank, "this process's attention rank (AFD)")->default_val(0);
     cmd->callback([options, &exit_code] { exit_code = runGenerate(*options); });
 }
 

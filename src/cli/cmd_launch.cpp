@@ -4,8 +4,8 @@
 // resources released. Any child dying early tears everything down (SIGTERM, then SIGKILL) with the child named.
 // It also runs the dense reference in this process and reports whether AFD produced the same tokens.
 // Default: a generated tiny model on CPU, 1 attention rank and 2 FFN ranks in m2n.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
@@ -20,9 +20,9 @@
 #include "attention/engine.h"
 #include "attention/local_mlp_backend.h"
 #include "attention/offline.h"
-#include "core/child_process.h"
 #include "cli/commands.h"
 #include "cli/model_loading.h"
+#include "core/child_process.h"
 #include "core/exit_codes.h"
 #include "core/logging.h"
 #include "core/signal_watcher.h"
@@ -81,13 +81,16 @@ core::Result<json> afdObject(const std::string& text) {
         auto checked = transport::parseAdditionalConfig(text, transport::Role::kAttention);
         if (!checked.isOk()) return checked.status();
         root = json::parse(text, nullptr, false);
-        if (root.is_discarded() || !root.is_object()) return core::invalidArgument("--additional-config must be a JSON object");
+        if (root.is_discarded() || !root.is_object())
+            return core::invalidArgument("--additional-config must be a JSON object");
     }
     if (!root.contains("afd")) root["afd"] = json::object();
     json& afd = root["afd"];
     if (!afd.is_object()) return core::invalidArgument("--additional-config: \"afd\" must be an object");
     for (const char* key : {"role", "afd_role"}) {
-        if (afd.contains(key)) return core::invalidArgument("--additional-config: afd.{} is implied by afd launch (it starts both roles)", key);
+        if (afd.contains(key))
+            return core::invalidArgument("--additional-config: afd.{} is implied by afd launch (it starts both roles)",
+                                         key);
     }
     // The default deployment is m2n with 1 attention rank and 2 FFN ranks; p2p without counts keeps the config's
     // own defaults (1A1F), since p2p needs at least as many attention ranks as FFN ranks.
@@ -155,7 +158,8 @@ int Launch::teardown(int code) {
     const auto deadline = std::chrono::steady_clock::now() + 20s;
     for (auto* group : {&attention_, &ffn_}) {
         for (auto& r : *group) {
-            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+            const auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
             if (!r.process.wait(std::max(left, std::chrono::milliseconds(0)))) r.process.terminate(1s);
         }
     }
@@ -211,8 +215,10 @@ core::Status Launch::waitForReady() {
                 const auto code = a.process.poll();
                 if (code && *code != 0) {
                     a.exit_code = code;
-                    AFD_LOG_ERROR("{} exited with code {} while the FFN ranks were getting ready; last lines of its "
-                                  "log ({}):\n{}", a.name, *code, a.log_path, tail(readFile(a.log_path), 15));
+                    AFD_LOG_ERROR(
+                        "{} exited with code {} while the FFN ranks were getting ready; last lines of its "
+                        "log ({}):\n{}",
+                        a.name, *code, a.log_path, tail(readFile(a.log_path), 15));
                     return core::internalError("an attention rank failed during start-up");
                 }
             }
@@ -222,7 +228,8 @@ core::Status Launch::waitForReady() {
             if (anyEarlyExit(watch, "waiting for the FFN ranks to be ready")) {
                 return core::internalError("a rank exited before every FFN rank was ready");
             }
-            if (std::chrono::steady_clock::now() > deadline_) return core::timeoutError("{} never became ready", r.name);
+            if (std::chrono::steady_clock::now() > deadline_)
+                return core::timeoutError("{} never became ready", r.name);
             std::this_thread::sleep_for(20ms);
         }
     }
@@ -236,12 +243,14 @@ json Launch::fetchStatus(const Rank& ffn) {
     return j.is_discarded() ? json::object() : j;
 }
 
-core::Result<std::vector<attention::GenerationResult>> Launch::denseReference(const std::vector<std::vector<int32_t>>& prompts,
-                                                                const attention::SamplingParams& params) {
-    AFD_ASSIGN_OR_RETURN(OpenedModel opened_model, openModel(options_.model.empty() ? run_dir_ + "/model" : options_.model));
+core::Result<std::vector<attention::GenerationResult>> Launch::denseReference(
+    const std::vector<std::vector<int32_t>>& prompts, const attention::SamplingParams& params) {
+    AFD_ASSIGN_OR_RETURN(OpenedModel opened_model,
+                         openModel(options_.model.empty() ? run_dir_ + "/model" : options_.model));
     auto* opened = &opened_model;
-    AFD_ASSIGN_OR_RETURN(model::ModelWeights weights_value,
-                         model::loadWeights(opened->checkpoint, opened->config, model::WeightSelection::everything(opened->config)));
+    AFD_ASSIGN_OR_RETURN(
+        model::ModelWeights weights_value,
+        model::loadWeights(opened->checkpoint, opened->config, model::WeightSelection::everything(opened->config)));
     auto* weights = &weights_value;
     attention::LocalMlpBackend backend(opened->config, *weights);
     attention::EngineOptions engine_options;
@@ -295,7 +304,8 @@ int Launch::run() {
     if (model_dir.empty()) {
         model_dir = run_dir_ + "/model";
         auto tiny = model::ModelConfig::preset("tiny");
-        if (auto s = model::writeSyntheticCheckpoint(model_dir, *tiny, {}); !s.isOk()) return fail(core::kExitFailure, s.message());
+        if (auto s = model::writeSyntheticCheckpoint(model_dir, *tiny, {}); !s.isOk())
+            return fail(core::kExitFailure, s.message());
     }
     const std::string child_log_level = options_.verbose ? "info" : "warn";
     const int A = afd->num_attention_ranks;
@@ -318,9 +328,21 @@ int Launch::run() {
         r.port_file = fmt::format("{}/ffn{}.port", run_dir_, k);
         r.status_file = fmt::format("{}/ffn{}.status.json", run_dir_, k);
         core::ChildProcess::Spec spec;
-        spec.argv = {binary_, "--log-level", child_log_level, "ffn", model_dir, "--additional-config", cfg.dump(),
-                     "--admin-port", "0", "--admin-port-file", r.port_file, "--status-file", r.status_file,
-                     "--device", options_.ffn_device};
+        spec.argv = {binary_,
+                     "--log-level",
+                     child_log_level,
+                     "ffn",
+                     model_dir,
+                     "--additional-config",
+                     cfg.dump(),
+                     "--admin-port",
+                     "0",
+                     "--admin-port-file",
+                     r.port_file,
+                     "--status-file",
+                     r.status_file,
+                     "--device",
+                     options_.ffn_device};
         if (!options_.ffn_device_ids.empty()) {
             spec.argv.push_back("--device-ids");
             spec.argv.push_back(options_.ffn_device_ids);
@@ -343,11 +365,27 @@ int Launch::run() {
         r.log_path = fmt::format("{}/attention{}.log", run_dir_, a);
         r.out_path = fmt::format("{}/attention{}.json", run_dir_, a);
         core::ChildProcess::Spec spec;
-        spec.argv = {binary_, "--log-level", child_log_level, "generate", "--model", model_dir,
-                     "--additional-config", cfg.dump(), "--attention-rank", std::to_string(a), "--json",
-                     "--max-tokens", std::to_string(options_.max_tokens), "--temperature",
-                     fmt::format("{}", options_.temperature), "--top-k", std::to_string(options_.top_k), "--top-p",
-                     fmt::format("{}", options_.top_p), "--seed", std::to_string(options_.seed)};
+        spec.argv = {binary_,
+                     "--log-level",
+                     child_log_level,
+                     "generate",
+                     "--model",
+                     model_dir,
+                     "--additional-config",
+                     cfg.dump(),
+                     "--attention-rank",
+                     std::to_string(a),
+                     "--json",
+                     "--max-tokens",
+                     std::to_string(options_.max_tokens),
+                     "--temperature",
+                     fmt::format("{}", options_.temperature),
+                     "--top-k",
+                     std::to_string(options_.top_k),
+                     "--top-p",
+                     fmt::format("{}", options_.top_p),
+                     "--seed",
+                     std::to_string(options_.seed)};
         if (options_.dbo) spec.argv.push_back("--dbo");
         for (size_t i = static_cast<size_t>(a); i < options_.prompt_ids.size(); i += static_cast<size_t>(A)) {
             spec.argv.push_back("--prompt-ids");
@@ -361,7 +399,8 @@ int Launch::run() {
         r.process = std::move(child).value();
         attention_.push_back(std::move(r));
     }
-    if (auto s = waitForReady(); !s.isOk()) return fail(s.code() == core::StatusCode::kCancelled ? core::kExitFailure : core::kExitFailure, s.message());
+    if (auto s = waitForReady(); !s.isOk())
+        return fail(s.code() == core::StatusCode::kCancelled ? core::kExitFailure : core::kExitFailure, s.message());
 
     // The job: wait for every attention rank; any FFN rank exiting meanwhile is a failure.
     std::vector<Rank*> ffn_watch;
@@ -373,7 +412,8 @@ int Launch::run() {
                 return fail(core::kExitPeerLost, "an FFN rank died during the job; stopping every rank");
             }
             if (std::chrono::steady_clock::now() > deadline_) {
-                return fail(core::kExitFailure, fmt::format("the job did not finish within --timeout {} s", options_.timeout_s));
+                return fail(core::kExitFailure,
+                            fmt::format("the job did not finish within --timeout {} s", options_.timeout_s));
             }
             std::this_thread::sleep_for(10ms);
         }
@@ -418,7 +458,8 @@ int Launch::run() {
         for (size_t i = 0; i < items.size(); ++i) {
             const size_t index = static_cast<size_t>(a) + i * static_cast<size_t>(A);
             if (index >= results.size()) {
-                return fail(core::kExitFailure, fmt::format("attention rank {} returned more results than it had prompts", a));
+                return fail(core::kExitFailure,
+                            fmt::format("attention rank {} returned more results than it had prompts", a));
             }
             auto& r = results[index];
             try {
@@ -426,7 +467,8 @@ int Launch::run() {
                 r.new_ids = items[i].at("new_ids").get<std::vector<int32_t>>();
                 r.prompt_last_logits = items[i].at("prompt_last_logits").get<std::vector<float>>();
             } catch (const json::exception& e) {
-                return fail(core::kExitFailure, fmt::format("attention rank {} printed malformed JSON: {}", a, e.what()));
+                return fail(core::kExitFailure,
+                            fmt::format("attention rank {} printed malformed JSON: {}", a, e.what()));
             }
         }
         layer_timings.push_back(out.value("layer_timings", json::array()));
@@ -440,7 +482,8 @@ int Launch::run() {
         params.top_p = options_.top_p;
         params.seed = options_.seed;
         const auto dense_result = denseReference(prompts, params);
-        if (!dense_result.isOk()) return fail(core::kExitFailure, "dense reference: " + dense_result.status().message());
+        if (!dense_result.isOk())
+            return fail(core::kExitFailure, "dense reference: " + dense_result.status().message());
         const auto& dense = *dense_result;
         matches = true;
         for (size_t i = 0; i < prompts.size(); ++i) matches = *matches && dense[i].new_ids == results[i].new_ids;
@@ -463,21 +506,28 @@ int Launch::run() {
                 wait = std::max(wait, entry.value("wait_seconds", 0.0));
             }
         }
-        layers.push_back({{"layer", l}, {"crosses", crosses}, {"attention_transfer_seconds", transfer},
-                          {"ffn_compute_seconds", compute}, {"ffn_wait_seconds", wait}});
+        layers.push_back({{"layer", l},
+                          {"crosses", crosses},
+                          {"attention_transfer_seconds", transfer},
+                          {"ffn_compute_seconds", compute},
+                          {"ffn_wait_seconds", wait}});
     }
 
     if (options_.json_output) {
         auto one = [](const attention::GenerationResult& r) {
-            return json{{"prompt_ids", r.prompt_ids}, {"new_ids", r.new_ids}, {"prompt_last_logits", r.prompt_last_logits}};
+            return json{
+                {"prompt_ids", r.prompt_ids}, {"new_ids", r.new_ids}, {"prompt_last_logits", r.prompt_last_logits}};
         };
         json out = results.size() == 1 ? one(results[0]) : json{{"results", json::array()}};
         if (results.size() != 1) {
             for (const auto& r : results) out["results"].push_back(one(r));
         }
-        out["afd"] = {{"num_attention_ranks", A}, {"num_ffn_ranks", F},
-                      {"mode", afd->compute_gate_on_attention ? "m2n" : "p2p"}, {"layers", layers},
-                      {"matches_dense_reference", matches ? json(*matches) : json(nullptr)}, {"clean_shutdown", clean}};
+        out["afd"] = {{"num_attention_ranks", A},
+                      {"num_ffn_ranks", F},
+                      {"mode", afd->compute_gate_on_attention ? "m2n" : "p2p"},
+                      {"layers", layers},
+                      {"matches_dense_reference", matches ? json(*matches) : json(nullptr)},
+                      {"clean_shutdown", clean}};
         std::cout << out.dump() << "\n";
     } else {
         std::cout << fmt::format("AFD {} with {} attention rank(s) and {} FFN rank(s), model {}\n",
@@ -488,10 +538,10 @@ int Launch::run() {
         }
         std::cout << "layer  crosses  attention transfer (ms)  FFN compute (ms)  FFN wait (ms)\n";
         for (const auto& l : layers) {
-            std::cout << fmt::format("{:>5}  {:>7}  {:>23.3f}  {:>16.3f}  {:>13.3f}\n", l["layer"].get<int>(),
-                                     l["crosses"].get<bool>() ? "yes" : "no",
-                                     1e3 * l["attention_transfer_seconds"].get<double>(),
-                                     1e3 * l["ffn_compute_seconds"].get<double>(), 1e3 * l["ffn_wait_seconds"].get<double>());
+            std::cout << fmt::format(
+                "{:>5}  {:>7}  {:>23.3f}  {:>16.3f}  {:>13.3f}\n", l["layer"].get<int>(),
+                l["crosses"].get<bool>() ? "yes" : "no", 1e3 * l["attention_transfer_seconds"].get<double>(),
+                1e3 * l["ffn_compute_seconds"].get<double>(), 1e3 * l["ffn_wait_seconds"].get<double>());
         }
         if (matches) std::cout << fmt::format("matches the dense reference: {}\n", *matches ? "yes" : "NO");
         std::cout << fmt::format("FFN ranks stopped cleanly with resources released: {}\n", clean ? "yes" : "NO");

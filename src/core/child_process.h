@@ -18,11 +18,11 @@ namespace afd::core {
 class ChildProcess {
 public:
     struct Spec {
-        std::vector<std::string> argv;  // argv[0] is a path
+        std::vector<std::string> argv;                         // argv[0] is a path
         std::vector<std::pair<std::string, std::string>> env;  // added to (or replacing in) this environment
-        std::vector<std::string> unset_env;                     // removed from it
-        std::string stdout_path;  // empty: inherit
-        std::string stderr_path;  // empty: inherit
+        std::vector<std::string> unset_env;                    // removed from it
+        std::string stdout_path;                               // empty: inherit
+        std::string stderr_path;                               // empty: inherit
     };
 
     static Result<ChildProcess> spawn(const Spec& spec);

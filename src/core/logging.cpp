@@ -46,12 +46,18 @@ void setLogLevel(LogLevel level) { levelStorage().store(static_cast<int>(level))
 LogLevel logLevel() { return static_cast<LogLevel>(levelStorage().load(std::memory_order_relaxed)); }
 
 bool parseLogLevel(std::string_view text, LogLevel* level) {
-    if (text == "debug") *level = LogLevel::kDebug;
-    else if (text == "info") *level = LogLevel::kInfo;
-    else if (text == "warn" || text == "warning") *level = LogLevel::kWarn;
-    else if (text == "error") *level = LogLevel::kError;
-    else if (text == "off") *level = LogLevel::kOff;
-    else return false;
+    if (text == "debug")
+        *level = LogLevel::kDebug;
+    else if (text == "info")
+        *level = LogLevel::kInfo;
+    else if (text == "warn" || text == "warning")
+        *level = LogLevel::kWarn;
+    else if (text == "error")
+        *level = LogLevel::kError;
+    else if (text == "off")
+        *level = LogLevel::kOff;
+    else
+        return false;
     return true;
 }
 
@@ -65,11 +71,20 @@ void logMessage(LogLevel level, std::string_view message) {
     Sink& s = sink();
     spdlog::level::level_enum spd = spdlog::level::info;
     switch (level) {
-        case LogLevel::kDebug: spd = spdlog::level::debug; break;
-        case LogLevel::kInfo: spd = spdlog::level::info; break;
-        case LogLevel::kWarn: spd = spdlog::level::warn; break;
-        case LogLevel::kError: spd = spdlog::level::err; break;
-        case LogLevel::kOff: return;
+        case LogLevel::kDebug:
+            spd = spdlog::level::debug;
+            break;
+        case LogLevel::kInfo:
+            spd = spdlog::level::info;
+            break;
+        case LogLevel::kWarn:
+            spd = spdlog::level::warn;
+            break;
+        case LogLevel::kError:
+            spd = spdlog::level::err;
+            break;
+        case LogLevel::kOff:
+            return;
     }
     std::string tag;
     {

@@ -19,11 +19,11 @@ void logMessage(LogLevel level, std::string_view message);
 
 }  // namespace afd::core
 
-#define AFD_LOG_AT(level, ...)                                                                 \
-    do {                                                                                       \
-        if (static_cast<int>(level) >= static_cast<int>(::afd::core::logLevel())) {            \
-            ::afd::core::logMessage(level, ::fmt::format(__VA_ARGS__));                        \
-        }                                                                                      \
+#define AFD_LOG_AT(level, ...)                                                      \
+    do {                                                                            \
+        if (static_cast<int>(level) >= static_cast<int>(::afd::core::logLevel())) { \
+            ::afd::core::logMessage(level, ::fmt::format(__VA_ARGS__));             \
+        }                                                                           \
     } while (0)
 #define AFD_LOG_DEBUG(...) AFD_LOG_AT(::afd::core::LogLevel::kDebug, __VA_ARGS__)
 #define AFD_LOG_INFO(...) AFD_LOG_AT(::afd::core::LogLevel::kInfo, __VA_ARGS__)

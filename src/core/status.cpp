@@ -6,17 +6,28 @@ namespace afd::core {
 
 std::string_view statusCodeName(StatusCode code) {
     switch (code) {
-        case StatusCode::kOk: return "ok";
-        case StatusCode::kInvalidArgument: return "invalid_argument";
-        case StatusCode::kNotFound: return "not_found";
-        case StatusCode::kIoError: return "io_error";
-        case StatusCode::kCorrupt: return "corrupt";
-        case StatusCode::kUnsupported: return "unsupported";
-        case StatusCode::kMismatch: return "mismatch";
-        case StatusCode::kTimeout: return "timeout";
-        case StatusCode::kPeerLost: return "peer_lost";
-        case StatusCode::kCancelled: return "cancelled";
-        case StatusCode::kInternal: return "internal";
+        case StatusCode::kOk:
+            return "ok";
+        case StatusCode::kInvalidArgument:
+            return "invalid_argument";
+        case StatusCode::kNotFound:
+            return "not_found";
+        case StatusCode::kIoError:
+            return "io_error";
+        case StatusCode::kCorrupt:
+            return "corrupt";
+        case StatusCode::kUnsupported:
+            return "unsupported";
+        case StatusCode::kMismatch:
+            return "mismatch";
+        case StatusCode::kTimeout:
+            return "timeout";
+        case StatusCode::kPeerLost:
+            return "peer_lost";
+        case StatusCode::kCancelled:
+            return "cancelled";
+        case StatusCode::kInternal:
+            return "internal";
     }
     return "unknown";
 }

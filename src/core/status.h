@@ -93,7 +93,7 @@ Status internalError(fmt::format_string<Args...> format, Args&&... args) {
 template <typename T>
 class [[nodiscard]] Result {
 public:
-    Result(T value) : data_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+    Result(T value) : data_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
     Result(Status status) : data_(std::move(status)) {  // NOLINT(google-explicit-constructor)
         if (std::get<Status>(data_).isOk()) {
             data_ = Status(StatusCode::kInternal, "Result constructed from an ok Status without a value");
@@ -145,16 +145,15 @@ T&& Result<T>::value() && {
 #define AFD_STATUS_CONCAT(a, b) AFD_STATUS_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function when `expr` (a Status) is not ok.
-#define AFD_RETURN_IF_ERROR(expr)                                   \
-    do {                                                            \
-        ::afd::core::Status afd_status_tmp_ = (expr);               \
-        if (!afd_status_tmp_.isOk()) return afd_status_tmp_;        \
+#define AFD_RETURN_IF_ERROR(expr)                            \
+    do {                                                     \
+        ::afd::core::Status afd_status_tmp_ = (expr);        \
+        if (!afd_status_tmp_.isOk()) return afd_status_tmp_; \
     } while (0)
 
 // `AFD_ASSIGN_OR_RETURN(auto x, makeX())`: binds the value or returns the Status.
-#define AFD_ASSIGN_OR_RETURN(lhs, expr) \
-    AFD_ASSIGN_OR_RETURN_IMPL(AFD_STATUS_CONCAT(afd_result_, __LINE__), lhs, expr)
-#define AFD_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)   \
-    auto tmp = (expr);                              \
-    if (!tmp.isOk()) return tmp.status();           \
+#define AFD_ASSIGN_OR_RETURN(lhs, expr) AFD_ASSIGN_OR_RETURN_IMPL(AFD_STATUS_CONCAT(afd_result_, __LINE__), lhs, expr)
+#define AFD_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+    auto tmp = (expr);                            \
+    if (!tmp.isOk()) return tmp.status();         \
     lhs = std::move(tmp).value()

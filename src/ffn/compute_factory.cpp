@@ -9,7 +9,6 @@
 #include "kernels/cuda/device_info.h"
 #endif
 
-
 namespace afd::ffn {
 
 core::Result<int> mapLocalRankToGpu(const std::string& device_ids, int local_rank) {
@@ -28,8 +27,8 @@ core::Result<int> mapLocalRankToGpu(const std::string& device_ids, int local_ran
             pos = comma + 1;
         }
         if (local_rank >= static_cast<int>(ids.size())) {
-            return core::invalidArgument("LOCAL_RANK={} but --device-ids {:?} lists {} GPU(s)", local_rank,
-                                         device_ids, ids.size());
+            return core::invalidArgument("LOCAL_RANK={} but --device-ids {:?} lists {} GPU(s)", local_rank, device_ids,
+                                         ids.size());
         }
     }
     return ids.empty() ? local_rank : ids[static_cast<size_t>(local_rank)];
@@ -45,8 +44,8 @@ core::Result<int> resolveDevice(const std::string& device, const std::string& de
 #if defined(AFD_HAVE_CUDA_FFN)
     const int count = kernels::cuda::deviceCount();
     if (gpu >= count) {
-        return core::invalidArgument("GPU {} (LOCAL_RANK={}{}) does not exist: this machine has {} CUDA device(s)",
-                                     gpu, local_rank, device_ids.empty() ? "" : ", --device-ids " + device_ids, count);
+        return core::invalidArgument("GPU {} (LOCAL_RANK={}{}) does not exist: this machine has {} CUDA device(s)", gpu,
+                                     local_rank, device_ids.empty() ? "" : ", --device-ids " + device_ids, count);
     }
     return gpu;
 #else

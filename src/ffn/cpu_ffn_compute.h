@@ -12,8 +12,8 @@ public:
     // Takes the rank's weights (m2n: its expert range; p2p: routers, dense MLPs and all experts).
     CpuFfnCompute(const model::ModelConfig& config, model::ModelWeights weights);
 
-    core::Status moePartial(int64_t layer, int64_t num_tokens, const float* x, const int32_t* ids,
-                            const float* weights, float* out) override;
+    core::Status moePartial(int64_t layer, int64_t num_tokens, const float* x, const int32_t* ids, const float* weights,
+                            float* out) override;
     core::Status mlpBlock(int64_t layer, int64_t num_tokens, const float* x, float* out) override;
     std::string describe() const override { return "cpu"; }
     uint64_t deviceWeightBytes() const override { return bytes_; }

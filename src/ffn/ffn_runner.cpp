@@ -35,8 +35,8 @@ FfnRunner::FfnRunner(const model::ModelConfig& config, transport::AfdMode mode, 
     f2a_spec_ = transport::hiddenSpec(config.hidden_size);
     for (int64_t layer : crossing_layers_) {
         const core::MetricLabels labels = {{"layer", std::to_string(layer)}};
-        layer_compute_.push_back(&metrics.counter("afd_ffn_layer_compute_seconds_total",
-                                                  "Time spent computing each layer.", labels));
+        layer_compute_.push_back(
+            &metrics.counter("afd_ffn_layer_compute_seconds_total", "Time spent computing each layer.", labels));
         layer_wait_.push_back(&metrics.counter("afd_ffn_layer_wait_seconds_total",
                                                "Time spent receiving and sending each layer's frames.", labels));
     }
@@ -61,8 +61,8 @@ core::Status FfnRunner::serve(const transport::StepInfo& info) {
 }
 
 core::Status FfnRunner::serveStage(const transport::StepInfo& info, int64_t layer, uint32_t stage) {
-    const size_t index = static_cast<size_t>(
-        std::lower_bound(crossing_layers_.begin(), crossing_layers_.end(), layer) - crossing_layers_.begin());
+    const size_t index = static_cast<size_t>(std::lower_bound(crossing_layers_.begin(), crossing_layers_.end(), layer) -
+                                             crossing_layers_.begin());
     const transport::FrameKey key{info.step, static_cast<uint32_t>(layer), stage};
     const int64_t H = config_.hidden_size;
     const int64_t K = config_.num_experts_per_tok;
@@ -112,8 +112,9 @@ core::Status FfnRunner::serveStage(const transport::StepInfo& info, int64_t laye
 
     const auto compute_start = std::chrono::steady_clock::now();
     if (total > 0) {
-        AFD_RETURN_IF_ERROR(m2n ? compute_.moePartial(layer, total, x_.data(), ids_.data(), weights_.data(), out_.data())
-                                : compute_.mlpBlock(layer, total, x_.data(), out_.data()));
+        AFD_RETURN_IF_ERROR(
+            m2n ? compute_.moePartial(layer, total, x_.data(), ids_.data(), weights_.data(), out_.data())
+                : compute_.mlpBlock(layer, total, x_.data(), out_.data()));
     }
     layer_compute_[index]->inc(secondsSince(compute_start));
 

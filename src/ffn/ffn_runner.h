@@ -28,8 +28,8 @@ class FfnRunner {
 public:
     // `expert_begin`: the first expert of this rank's range (m2n), to validate the peers' local ids against
     // [-1, num_local_experts).
-    FfnRunner(const model::ModelConfig& config, transport::AfdMode mode, int64_t num_local_experts,
-              FfnCompute& compute, transport::FfnConnector& connector, core::MetricsRegistry& metrics);
+    FfnRunner(const model::ModelConfig& config, transport::AfdMode mode, int64_t num_local_experts, FfnCompute& compute,
+              transport::FfnConnector& connector, core::MetricsRegistry& metrics);
 
     // Waits for the next step header from every active peer (info.all_left when none is left).
     core::Result<transport::StepInfo> receiveStep();

@@ -39,12 +39,18 @@ enum class State { kStarting, kLoading, kConnecting, kServing, kSessionEnded, kS
 
 std::string_view stateName(State s) {
     switch (s) {
-        case State::kStarting: return "starting";
-        case State::kLoading: return "loading";
-        case State::kConnecting: return "connecting";
-        case State::kServing: return "serving";
-        case State::kSessionEnded: return "session_ended";
-        case State::kStopping: return "stopping";
+        case State::kStarting:
+            return "starting";
+        case State::kLoading:
+            return "loading";
+        case State::kConnecting:
+            return "connecting";
+        case State::kServing:
+            return "serving";
+        case State::kSessionEnded:
+            return "session_ended";
+        case State::kStopping:
+            return "stopping";
     }
     return "unknown";
 }
@@ -55,7 +61,8 @@ core::Result<int> rankVariable(const std::optional<int>& flag, const char* env, 
     if (flag) return *flag;
     const char* text = std::getenv(env);
     if (text == nullptr) {
-        if (required) return core::invalidArgument("{} is not set (set the environment variable or pass {})", env, flag_name);
+        if (required)
+            return core::invalidArgument("{} is not set (set the environment variable or pass {})", env, flag_name);
         return fallback;
     }
     int value = 0;
@@ -152,7 +159,9 @@ void Service::requestStop(std::string_view why) {
 Status Service::configure() {
     AFD_ASSIGN_OR_RETURN(auto afd, transport::resolveAfdConfig(options_.additional_config, options_.afd_config_file,
                                                                transport::Role::kFfn));
-    if (!afd) return core::invalidArgument("afd ffn needs an AFD config: --additional-config '{{\"afd\": {{...}}}}' or --afd-config FILE");
+    if (!afd)
+        return core::invalidArgument(
+            "afd ffn needs an AFD config: --additional-config '{{\"afd\": {{...}}}}' or --afd-config FILE");
     afd_ = *afd;
     AFD_ASSIGN_OR_RETURN(world_size_, rankVariable(options_.world_size, "WORLD_SIZE", "--world-size", true, 0));
     AFD_ASSIGN_OR_RETURN(rank_, rankVariable(options_.rank, "RANK", "--rank", true, 0));
@@ -174,8 +183,8 @@ Status Service::configure() {
     if (!std::filesystem::is_directory(options_.model_dir, ec)) {
         return core::invalidArgument("model directory {} does not exist", options_.model_dir);
     }
-    AFD_ASSIGN_OR_RETURN(model_config_,
-                         model::ModelConfig::fromFile((std::filesystem::path(options_.model_dir) / "config.json").string()));
+    AFD_ASSIGN_OR_RETURN(model_config_, model::ModelConfig::fromFile(
+                                            (std::filesystem::path(options_.model_dir) / "config.json").string()));
     if (afd_.mode() == transport::AfdMode::kM2n) {
         if (model_config_.numMoeLayers() == 0) {
             return core::invalidArgument("m2n (compute_gate_on_attention) needs MoE layers; {} has none",
@@ -201,13 +210,15 @@ Status Service::load() {
     checkpoint_.emplace(std::move(checkpoint));
     AFD_ASSIGN_OR_RETURN(const std::string model_fp, model::modelFingerprint(model_config_, *checkpoint_));
     fingerprint_ = model_fp + " | " + afd_.fingerprint();
-    const auto selection = model::WeightSelection::ffnRole(afd_.compute_gate_on_attention, model_config_,
-                                                           experts_.begin, experts_.end);
+    const auto selection =
+        model::WeightSelection::ffnRole(afd_.compute_gate_on_attention, model_config_, experts_.begin, experts_.end);
     AFD_ASSIGN_OR_RETURN(model::ModelWeights weights, model::loadWeights(*checkpoint_, model_config_, selection));
     weight_bytes_ = weights.checkpoint_bytes;
     // One call carries at most every peer's full stage.
-    const int64_t max_rows = static_cast<int64_t>(afd_.topology().attentionPeersOfFfn(rank_).size()) * afd_.max_num_tokens;
-    AFD_ASSIGN_OR_RETURN(compute_, createFfnCompute(options_.device, gpu_, model_config_, std::move(weights), max_rows));
+    const int64_t max_rows =
+        static_cast<int64_t>(afd_.topology().attentionPeersOfFfn(rank_).size()) * afd_.max_num_tokens;
+    AFD_ASSIGN_OR_RETURN(compute_,
+                         createFfnCompute(options_.device, gpu_, model_config_, std::move(weights), max_rows));
     report_.weight_bytes = weight_bytes_;
     AFD_LOG_INFO("loaded {} bytes of weights (experts [{}, {}) of {}, {} mode) onto {} in {:.2f} s", weight_bytes_,
                  experts_.begin, experts_.end, model_config_.num_experts,
@@ -256,7 +267,9 @@ Status Service::startAdmin() {
     http.host = options_.admin_host;
     http.port = options_.admin_port;
     admin_ = std::make_unique<transport::HttpServer>(http);
-    admin_->addRoute("GET", "/health", [](const transport::HttpRequest&) { return transport::HttpReply{200, "text/plain", "ok\n"}; });
+    admin_->addRoute("GET", "/health", [](const transport::HttpRequest&) {
+        return transport::HttpReply{200, "text/plain", "ok\n"};
+    });
     admin_->addRoute("GET", "/ready", [this](const transport::HttpRequest&) {
         const State s = state_.load();
         return s == State::kServing ? transport::HttpReply{200, "text/plain", "ready\n"}
@@ -270,7 +283,8 @@ Status Service::startAdmin() {
         return transport::HttpReply{200, "application/json", statusJson().dump() + "\n"};
     });
     admin_->addRoute("GET", "/metrics", [](const transport::HttpRequest&) {
-        return transport::HttpReply{200, std::string(core::MetricsRegistry::kContentType), core::globalMetrics().render()};
+        return transport::HttpReply{200, std::string(core::MetricsRegistry::kContentType),
+                                    core::globalMetrics().render()};
     });
     AFD_RETURN_IF_ERROR(admin_->start());
     AFD_LOG_INFO("admin HTTP on {}:{}", options_.admin_host, admin_->port());
@@ -305,8 +319,9 @@ Status Service::connect() {
     tcp.step_timeout = std::chrono::seconds(afd_.step_timeout_s);
     tcp.max_rows = static_cast<uint32_t>(afd_.max_num_tokens);
     const transport::FrameSpec spec =
-        afd_.compute_gate_on_attention ? transport::m2nDispatchSpec(model_config_.hidden_size, model_config_.num_experts_per_tok)
-                                       : transport::hiddenSpec(model_config_.hidden_size);
+        afd_.compute_gate_on_attention
+            ? transport::m2nDispatchSpec(model_config_.hidden_size, model_config_.num_experts_per_tok)
+            : transport::hiddenSpec(model_config_.hidden_size);
     tcp.max_frame_bytes = spec.rowBytes() * static_cast<size_t>(afd_.max_num_tokens);
     tcp.setup_cancel = setup_cancel_.get();
     if (afd_.connector != transport::ConnectorKind::kTcp) {
@@ -387,9 +402,8 @@ int Service::run() {
     auto canceller = transport::Canceller::create();
     if (!canceller.isOk()) return fail("internal_error", core::kExitInternal, canceller.status());
     setup_cancel_ = std::move(canceller).value();
-    auto signals = core::SignalWatcher::create([this](int signal) {
-        requestStop(signal == SIGTERM ? "SIGTERM" : "SIGINT");
-    });
+    auto signals =
+        core::SignalWatcher::create([this](int signal) { requestStop(signal == SIGTERM ? "SIGTERM" : "SIGINT"); });
     if (!signals.isOk()) return fail("internal_error", core::kExitInternal, signals.status());
     signals_ = std::move(signals).value();
 
@@ -435,8 +449,8 @@ int Service::run() {
             }
         } else {
             std::lock_guard lock(mutex_);
-            report_.exit_reason = worker_->end() == WorkerEnd::kAllPeersLeft && !stop_requested_ ? "peers_finished"
-                                                                                               : "stopped";
+            report_.exit_reason =
+                worker_->end() == WorkerEnd::kAllPeersLeft && !stop_requested_ ? "peers_finished" : "stopped";
         }
     }
     report_.exit_code = code;

@@ -27,12 +27,12 @@ struct FfnServiceOptions {
     std::optional<int> world_size;
     std::optional<int> local_rank;
     std::string admin_host = "127.0.0.1";
-    int admin_port = 0;                // 0: an ephemeral port (logged, and written to admin_port_file)
-    std::string admin_port_file;       // optional: receives the bound admin port once it listens
-    std::string status_file;           // optional: written at exit
-    std::string device = "cpu";        // cpu | cuda
-    std::string device_ids;            // cuda: comma-separated GPUs; LOCAL_RANK indexes it (default: LOCAL_RANK)
-    int64_t shutdown_timeout_s = 15;   // bound on joining the step loop
+    int admin_port = 0;               // 0: an ephemeral port (logged, and written to admin_port_file)
+    std::string admin_port_file;      // optional: receives the bound admin port once it listens
+    std::string status_file;          // optional: written at exit
+    std::string device = "cpu";       // cpu | cuda
+    std::string device_ids;           // cuda: comma-separated GPUs; LOCAL_RANK indexes it (default: LOCAL_RANK)
+    int64_t shutdown_timeout_s = 15;  // bound on joining the step loop
 };
 
 // Runs the service to the end; returns the process exit code. Must be called before any other thread of the

@@ -1,7 +1,7 @@
 // FfnWorker: owns the FFN step loop's thread.
 //
-// The loop calls FfnRunner::receiveStep() and serve() until every peer has left, a stop is requested, or a step fails. A stop
-// is graceful: a step in flight is finished (attention peers get their answers); an idle wait for the next step
+// The loop calls FfnRunner::receiveStep() and serve() until every peer has left, a stop is requested, or a step fails.
+// A stop is graceful: a step in flight is finished (attention peers get their answers); an idle wait for the next step
 // is cancelled through the connector. The first error the loop meets (a Status, or an exception turned into a
 // kInternal Status) is stored and surfaced by error(). `on_end` runs on the loop thread once, as the loop exits
 // (the service uses it to wake its main thread).
@@ -47,7 +47,7 @@ private:
     std::function<void()> on_end_;
     mutable std::mutex mutex_;
     std::condition_variable ended_cv_;
-    bool idle_ = false;             // waiting for the next step header (cancel is safe)
+    bool idle_ = false;  // waiting for the next step header (cancel is safe)
     bool stop_requested_ = false;
     WorkerEnd end_ = WorkerEnd::kRunning;
     core::Status error_;

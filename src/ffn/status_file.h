@@ -13,7 +13,7 @@ struct ServiceStatusReport {
     std::string exit_reason;  // stopped | peers_finished | peer_lost | config_error | load_error |
                               // connect_error | protocol_error | error | internal_error
     int exit_code = 0;
-    std::string error;        // empty when none
+    std::string error;  // empty when none
     int rank = -1;
     int64_t expert_begin = 0;
     int64_t expert_end = 0;

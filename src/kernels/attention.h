@@ -43,7 +43,7 @@ struct PagedAttentionParams {
     const float* q = nullptr;            // [T, num_heads, head_dim]
     const float* k_cache = nullptr;
     const float* v_cache = nullptr;
-    float* out = nullptr;                // [T, num_heads, head_dim]
+    float* out = nullptr;  // [T, num_heads, head_dim]
 };
 
 // Softmax in FP32 with the running maximum subtracted; each (token, head) is computed independently and in a

@@ -8,13 +8,13 @@
 namespace afd::kernels {
 
 struct LinearParams {
-    int64_t rows = 0;                    // M
-    int64_t in_features = 0;             // K
-    int64_t out_features = 0;            // N
-    const float* x = nullptr;            // [M, K]
-    const core::Bf16* w = nullptr;       // [N, K]
-    const core::Bf16* bias = nullptr;    // [N] or null
-    float* y = nullptr;                  // [M, N], must not alias x
+    int64_t rows = 0;                  // M
+    int64_t in_features = 0;           // K
+    int64_t out_features = 0;          // N
+    const float* x = nullptr;          // [M, K]
+    const core::Bf16* w = nullptr;     // [N, K]
+    const core::Bf16* bias = nullptr;  // [N] or null
+    float* y = nullptr;                // [M, N], must not alias x
 };
 
 // FP32 accumulation in a fixed order per output element, so a row's result does not depend on which other

@@ -32,12 +32,12 @@ struct MoeParams {
     int64_t routed_experts = 0;
     ActDType act_dtype = ActDType::kF32;
 
-    const void* x = nullptr;               // [T, H] act_dtype
-    const int32_t* topk_ids = nullptr;     // [T, K] local expert id, or -1 for an entry not served here
-    const float* topk_weights = nullptr;   // [T, K]
-    const core::Bf16* w13 = nullptr;       // [E_local, 2*I, H]
-    const core::Bf16* w2 = nullptr;        // [E_local, H, I]
-    void* out = nullptr;                   // [T, H] act_dtype, overwritten (zero for tokens with no local entry)
+    const void* x = nullptr;              // [T, H] act_dtype
+    const int32_t* topk_ids = nullptr;    // [T, K] local expert id, or -1 for an entry not served here
+    const float* topk_weights = nullptr;  // [T, K]
+    const core::Bf16* w13 = nullptr;      // [E_local, 2*I, H]
+    const core::Bf16* w2 = nullptr;       // [E_local, H, I]
+    void* out = nullptr;                  // [T, H] act_dtype, overwritten (zero for tokens with no local entry)
 };
 
 // CPU reference: FP32 arithmetic from bf16 weights; with act_dtype kBf16 the inputs are read as bf16 and

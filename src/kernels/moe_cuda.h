@@ -154,8 +154,8 @@ enum MoeTraceEvent : int {
     kTraceRowsReady,     // gate-up: the producer found its first item's token rows complete (slot-order gather)
     kTraceGatherFirst,   // gate-up: the CTA's first gathering warp counted its first group of rows
     kTraceItems,         // items consumed (a count, not a time)
-    kTraceWaited,        // token-TMA shapes: ns the producer waited in all for its experts' token rows (gate-up: rows of
-                         // x_sorted counted by the gather; down: h rows, GroupedGemmArgs::h_ready); a duration
+    kTraceWaited,  // token-TMA shapes: ns the producer waited in all for its experts' token rows (gate-up: rows of
+                   // x_sorted counted by the gather; down: h rows, GroupedGemmArgs::h_ready); a duration
     // Then the CTA's first kMoeTraceLoggedItems items, kMoeTraceItemWords words each: when consumer warpgroup 0
     // finished the item (its epilogue included), the item (expert | ntok << 16 | expert_tiles << 32), and the
     // weight bytes it streamed.

@@ -15,7 +15,7 @@ void ropeTableCpu(const int32_t* positions, int64_t num_tokens, int64_t head_dim
 struct RopeParams {
     int64_t num_tokens = 0;
     int64_t num_heads = 0;
-    int64_t head_dim = 0;   // even
+    int64_t head_dim = 0;        // even
     const float* cos = nullptr;  // [T, head_dim / 2]
     const float* sin = nullptr;  // [T, head_dim / 2]
     float* x = nullptr;          // [T, num_heads, head_dim], rotated in place

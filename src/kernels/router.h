@@ -19,11 +19,11 @@ struct RouterParams {
     bool norm_topk_prob = true;
     ActDType act_dtype = ActDType::kF32;
 
-    const void* x = nullptr;              // [T, H] act_dtype
-    const core::Bf16* gate_w = nullptr;   // [E, H]
-    float* logits = nullptr;              // [T, E] optional (may be null): the raw router logits
-    int32_t* topk_ids = nullptr;          // [T, K] global expert ids, in descending weight order
-    float* topk_weights = nullptr;        // [T, K]
+    const void* x = nullptr;             // [T, H] act_dtype
+    const core::Bf16* gate_w = nullptr;  // [E, H]
+    float* logits = nullptr;             // [T, E] optional (may be null): the raw router logits
+    int32_t* topk_ids = nullptr;         // [T, K] global expert ids, in descending weight order
+    float* topk_weights = nullptr;       // [T, K]
 };
 
 void routerForwardCpu(const RouterParams& params);

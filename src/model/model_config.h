@@ -45,20 +45,20 @@ struct ModelConfig {
     int64_t num_hidden_layers = 0;
     int64_t num_attention_heads = 0;
     int64_t num_key_value_heads = 0;
-    int64_t head_dim = 0;               // independent of hidden_size / num_attention_heads
+    int64_t head_dim = 0;  // independent of hidden_size / num_attention_heads
     int64_t num_experts = 0;
     int64_t num_experts_per_tok = 0;
     int64_t decoder_sparse_step = 1;
     std::vector<int64_t> mlp_only_layers;
     bool norm_topk_prob = true;
     bool tie_word_embeddings = false;
-    bool attention_bias = false;        // q/k/v/o projections carry a bias
+    bool attention_bias = false;  // q/k/v/o projections carry a bias
     double rms_norm_eps = 1e-6;
     double rope_theta = 1e6;
     int64_t max_position_embeddings = 0;
     core::DType dtype = core::DType::kBf16;  // checkpoint weight dtype
-    std::vector<int64_t> eos_token_ids;       // may be empty
-    int64_t bos_token_id = -1;                // -1 when absent
+    std::vector<int64_t> eos_token_ids;      // may be empty
+    int64_t bos_token_id = -1;               // -1 when absent
 
     // HF rule: a layer is MoE iff it is not in mlp_only_layers, num_experts > 0 and
     // (layer + 1) % decoder_sparse_step == 0. Other layers run a dense SwiGLU MLP of intermediate_size.

@@ -123,11 +123,11 @@ core::Status writeSyntheticCheckpoint(const std::string& dir, const ModelConfig&
     if (ec) return core::ioError("cannot create directory {}: {}", dir, ec.message());
     CheckpointWriteOptions write_options;
     write_options.max_shard_bytes = options.max_shard_bytes;
-    AFD_RETURN_IF_ERROR(writeCheckpoint(
-        dir, checkpointPlan(config), write_options, [&](const TensorPlan& plan, uint8_t* out, size_t nbytes) {
-            fillTensor(plan, distributionFor(plan, config), options.seed, out, nbytes);
-            return core::Status::ok();
-        }));
+    AFD_RETURN_IF_ERROR(writeCheckpoint(dir, checkpointPlan(config), write_options,
+                                        [&](const TensorPlan& plan, uint8_t* out, size_t nbytes) {
+                                            fillTensor(plan, distributionFor(plan, config), options.seed, out, nbytes);
+                                            return core::Status::ok();
+                                        }));
     AFD_RETURN_IF_ERROR(writeText(std::filesystem::path(dir) / "config.json", config.toJson()));
     std::string generation = "{\n  \"do_sample\": false";
     if (config.bos_token_id >= 0) generation += fmt::format(",\n  \"bos_token_id\": {}", config.bos_token_id);

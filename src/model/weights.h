@@ -17,9 +17,9 @@
 namespace afd::model {
 
 struct WeightSelection {
-    bool attention = true;   // embedding, attention projections and norms, final norm, LM head
-    bool router = true;      // mlp.gate of every MoE layer
-    bool dense_mlp = true;   // the SwiGLU MLP of every non-MoE layer
+    bool attention = true;  // embedding, attention projections and norms, final norm, LM head
+    bool router = true;     // mlp.gate of every MoE layer
+    bool dense_mlp = true;  // the SwiGLU MLP of every non-MoE layer
     int64_t expert_begin = 0;
     int64_t expert_end = 0;  // routed experts [expert_begin, expert_end) of every MoE layer; empty = none
 
@@ -34,24 +34,24 @@ struct WeightSelection {
 };
 
 struct AttentionLayerWeights {
-    core::Tensor input_norm;  // [H]
-    core::Tensor q_proj;      // [nh * hd, H]
-    core::Tensor k_proj;      // [nkv * hd, H]
-    core::Tensor v_proj;      // [nkv * hd, H]
-    core::Tensor o_proj;      // [H, nh * hd]
+    core::Tensor input_norm;                      // [H]
+    core::Tensor q_proj;                          // [nh * hd, H]
+    core::Tensor k_proj;                          // [nkv * hd, H]
+    core::Tensor v_proj;                          // [nkv * hd, H]
+    core::Tensor o_proj;                          // [H, nh * hd]
     core::Tensor q_bias, k_bias, v_bias, o_bias;  // present iff attention_bias
-    core::Tensor q_norm;      // [hd]
-    core::Tensor k_norm;      // [hd]
-    core::Tensor post_norm;   // [H]
+    core::Tensor q_norm;                          // [hd]
+    core::Tensor k_norm;                          // [hd]
+    core::Tensor post_norm;                       // [H]
 };
 
 struct MlpLayerWeights {
     bool is_moe = false;
-    core::Tensor router;      // [E, H] (MoE layers, when selected)
+    core::Tensor router;  // [E, H] (MoE layers, when selected)
     // Packed weights: MoE layers hold experts [expert_begin, expert_end) of the model; a dense layer holds its one
     // SwiGLU MLP as expert 0 (inter = intermediate_size).
-    core::Tensor w13;         // [E_local, 2 * inter, H]
-    core::Tensor w2;          // [E_local, H, inter]
+    core::Tensor w13;  // [E_local, 2 * inter, H]
+    core::Tensor w2;   // [E_local, H, inter]
     int64_t expert_begin = 0;
     int64_t expert_end = 0;
     int64_t inter = 0;
@@ -59,13 +59,13 @@ struct MlpLayerWeights {
 };
 
 struct ModelWeights {
-    core::Tensor embed;       // [V, H]
-    core::Tensor final_norm;  // [H]
-    core::Tensor lm_head;     // [V, H] (the embedding when tie_word_embeddings)
+    core::Tensor embed;                            // [V, H]
+    core::Tensor final_norm;                       // [H]
+    core::Tensor lm_head;                          // [V, H] (the embedding when tie_word_embeddings)
     std::vector<AttentionLayerWeights> attention;  // per layer (empty tensors when not selected)
     std::vector<MlpLayerWeights> mlp;              // per layer
-    uint64_t checkpoint_bytes = 0;  // bytes of checkpoint tensors this selection uses
-    uint64_t owned_bytes = 0;       // bytes of packed copies held in owned memory
+    uint64_t checkpoint_bytes = 0;                 // bytes of checkpoint tensors this selection uses
+    uint64_t owned_bytes = 0;                      // bytes of packed copies held in owned memory
 };
 
 // Loads and checks (presence, dtype BF16, shape) every tensor the selection needs; errors name the tensor.
@@ -74,6 +74,7 @@ core::Result<ModelWeights> loadWeights(const Checkpoint& checkpoint, const Model
 
 // Checkpoint tensor names (HF layout).
 std::string layerPrefix(int64_t layer);  // "model.layers.{layer}."
-std::string expertTensorName(int64_t layer, int64_t expert, std::string_view proj);  // proj: gate_proj|up_proj|down_proj
+std::string expertTensorName(int64_t layer, int64_t expert,
+                             std::string_view proj);  // proj: gate_proj|up_proj|down_proj
 
 }  // namespace afd::model

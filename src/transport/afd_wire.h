@@ -19,8 +19,6 @@ inline FrameSpec m2nDispatchSpec(int64_t hidden, int64_t top_k) {
                       {core::DType::kF32, static_cast<uint32_t>(top_k)}}};
 }
 
-inline FrameSpec hiddenSpec(int64_t hidden) {
-    return FrameSpec{{{core::DType::kF32, static_cast<uint32_t>(hidden)}}};
-}
+inline FrameSpec hiddenSpec(int64_t hidden) { return FrameSpec{{{core::DType::kF32, static_cast<uint32_t>(hidden)}}}; }
 
 }  // namespace afd::transport

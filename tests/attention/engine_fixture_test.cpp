@@ -68,8 +68,10 @@ TEST(EngineFixture, ReproducesTransformersGreedyIdsAndLogits) {
 TEST(EngineFixture, BatchedSequencesOfDifferentLengthsMatchSingleRuns) {
     const LoadedModel m = loadTiny();
     const std::vector<std::vector<int32_t>> prompts = {
-        {3, 17, 99, 250, 7, 42, 311, 5}, {11}, {200, 201, 202, 203, 204, 205, 206, 207, 208, 209, 210, 211, 212, 213,
-                                              214, 215, 216, 217, 218, 219, 220, 221, 222, 223, 224, 225, 226, 227, 228},
+        {3, 17, 99, 250, 7, 42, 311, 5},
+        {11},
+        {200, 201, 202, 203, 204, 205, 206, 207, 208, 209, 210, 211, 212, 213, 214,
+         215, 216, 217, 218, 219, 220, 221, 222, 223, 224, 225, 226, 227, 228},
         {5, 6, 7}};
     std::vector<std::vector<int32_t>> alone;
     for (const auto& p : prompts) alone.push_back(generate(m, {p}, 10)[0].new_ids);

@@ -28,12 +28,10 @@ std::string writeEdited(const TempDir& dir, const std::function<void(std::vector
     EXPECT_TRUE(config.isOk());
     auto plans = model::checkpointPlan(*config);
     edit(plans);
-    EXPECT_TRUE(model::writeCheckpoint(dir.path(), plans, {},
-                                       [](const model::TensorPlan&, uint8_t* out, size_t n) {
-                                           std::fill(out, out + n, uint8_t{0x3c});
-                                           return core::Status::ok();
-                                       })
-                    .isOk());
+    EXPECT_TRUE(model::writeCheckpoint(dir.path(), plans, {}, [](const model::TensorPlan&, uint8_t* out, size_t n) {
+                    std::fill(out, out + n, uint8_t{0x3c});
+                    return core::Status::ok();
+                }).isOk());
     std::ofstream(dir.file("config.json")) << config->toJson();
     return dir.path();
 }
@@ -46,15 +44,15 @@ void expectOneClearError(const ProcessResult& r, int code, const std::string& ne
 }
 
 TEST(GenerateCli, FixtureGreedyIdsPrinted) {
-    const ProcessResult r = runProcess({AFD_BINARY, "generate", "--model", kTiny, "--prompt-ids", "3,17,99,250,7,42,311,5",
-                                        "--max-tokens", "12"});
+    const ProcessResult r = runProcess(
+        {AFD_BINARY, "generate", "--model", kTiny, "--prompt-ids", "3,17,99,250,7,42,311,5", "--max-tokens", "12"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.out, "153,379,188,113,374,186,112,186,112,358,113,250\n");
 }
 
 TEST(GenerateCli, JsonHasNewIdsAndPromptLogits) {
-    const ProcessResult r = runProcess({AFD_BINARY, "generate", "--model", kTiny, "--prompt-ids", "3,17", "--max-tokens",
-                                        "3", "--json"});
+    const ProcessResult r =
+        runProcess({AFD_BINARY, "generate", "--model", kTiny, "--prompt-ids", "3,17", "--max-tokens", "3", "--json"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("\"new_ids\":["), std::string::npos);
     EXPECT_NE(r.out.find("\"prompt_last_logits\":["), std::string::npos);
@@ -62,7 +60,8 @@ TEST(GenerateCli, JsonHasNewIdsAndPromptLogits) {
 
 TEST(GenerateCli, GenModelThenGenerate) {
     TempDir dir;
-    const ProcessResult gen = runProcess({AFD_BINARY, "gen-model", "--preset", "tiny", "--out", dir.path(), "--seed", "3"});
+    const ProcessResult gen =
+        runProcess({AFD_BINARY, "gen-model", "--preset", "tiny", "--out", dir.path(), "--seed", "3"});
     ASSERT_EQ(gen.exit_code, 0) << gen.err;
     const ProcessResult r = generate(dir.path());
     ASSERT_EQ(r.exit_code, 0) << r.err;

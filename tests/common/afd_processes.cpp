@@ -32,10 +32,12 @@ FfnProcess startFfn(const std::string& dir, const std::string& model, const std:
     f.status_path = fmt::format("{}/ffn{}.status.json", dir, rank);
     f.port_path = fmt::format("{}/ffn{}.port", dir, rank);
     core::ChildProcess::Spec spec;
-    spec.argv = {AFD_BINARY, "ffn", model, "--additional-config", config, "--admin-port", "0", "--admin-port-file",
-                 f.port_path, "--status-file", f.status_path};
-    spec.env = {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(world)},
-                {"LOCAL_RANK", std::to_string(rank)}, {"AFD_NUM_THREADS", "1"}};
+    spec.argv = {AFD_BINARY,          "ffn",       model,           "--additional-config", config, "--admin-port", "0",
+                 "--admin-port-file", f.port_path, "--status-file", f.status_path};
+    spec.env = {{"RANK", std::to_string(rank)},
+                {"WORLD_SIZE", std::to_string(world)},
+                {"LOCAL_RANK", std::to_string(rank)},
+                {"AFD_NUM_THREADS", "1"}};
     spec.stderr_path = f.log_path;
     auto child = core::ChildProcess::spawn(spec);
     if (child.isOk()) f.process = std::move(child).value();
@@ -60,8 +62,17 @@ AttentionProcess startAttention(const std::string& dir, const std::string& model
     a.out_path = fmt::format("{}/attention{}.json", dir, rank);
     a.log_path = fmt::format("{}/attention{}.log", dir, rank);
     core::ChildProcess::Spec spec;
-    spec.argv = {AFD_BINARY, "generate", "--model", model, "--additional-config", config, "--attention-rank",
-                 std::to_string(rank), "--max-tokens", std::to_string(max_tokens), "--json"};
+    spec.argv = {AFD_BINARY,
+                 "generate",
+                 "--model",
+                 model,
+                 "--additional-config",
+                 config,
+                 "--attention-rank",
+                 std::to_string(rank),
+                 "--max-tokens",
+                 std::to_string(max_tokens),
+                 "--json"};
     for (const auto& p : prompts) {
         spec.argv.push_back("--prompt-ids");
         spec.argv.push_back(p);

@@ -8,7 +8,7 @@
 namespace afd::testing {
 
 struct ProcessResult {
-    int exit_code = -1;   // the exit status, or 128 + signal
+    int exit_code = -1;  // the exit status, or 128 + signal
     bool timed_out = false;
     std::string out;
     std::string err;

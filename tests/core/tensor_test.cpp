@@ -6,11 +6,11 @@
 #include "core/thread_pool.h"
 #include "core/unique_fd.h"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <atomic>
 #include <cstdio>
-#include <fcntl.h>
 #include <fstream>
-#include <unistd.h>
 
 namespace afd::core {
 namespace {

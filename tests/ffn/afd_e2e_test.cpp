@@ -38,12 +38,19 @@ class LaunchTopology : public ::testing::TestWithParam<Topology> {};
 
 TEST_P(LaunchTopology, GreedyIdsMatchDenseAndTransformers) {
     const Topology t = GetParam();
-    std::vector<std::string> argv = {AFD_BINARY, "launch", "--model", kTiny, "--max-tokens", "12", "--json",
+    std::vector<std::string> argv = {AFD_BINARY,
+                                     "launch",
+                                     "--model",
+                                     kTiny,
+                                     "--max-tokens",
+                                     "12",
+                                     "--json",
                                      "--additional-config",
                                      fmt::format(R"({{"afd":{{"num_attention_ranks":{},"num_ffn_ranks":{},)"
                                                  R"("compute_gate_on_attention":{}}}}})",
                                                  t.A, t.F, t.m2n ? "true" : "false"),
-                                     "--prompt-ids", kFixturePrompt};
+                                     "--prompt-ids",
+                                     kFixturePrompt};
     // One more prompt than ranks, so every attention rank has work and one has two sequences.
     for (int i = 0; i < t.A && i < static_cast<int>(kOtherPrompts.size()); ++i) {
         argv.push_back("--prompt-ids");
@@ -240,20 +247,26 @@ TEST(AfdFailures, BadConfigurationsExitTwoNamingTheKey) {
     };
     const std::vector<Case> cases = {
         {{AFD_BINARY, "ffn", kTiny, "--additional-config", R"({"afd":{"num_ffn_ranks":1,"colour":"red"}})"},
-         {{"RANK", "0"}, {"WORLD_SIZE", "1"}}, "colour"},
+         {{"RANK", "0"}, {"WORLD_SIZE", "1"}},
+         "colour"},
         {{AFD_BINARY, "ffn", kTiny, "--additional-config", R"({"afd":{"num_ffn_ranks":2}})"},
-         {{"RANK", "0"}, {"WORLD_SIZE", "3"}}, "WORLD_SIZE"},
+         {{"RANK", "0"}, {"WORLD_SIZE", "3"}},
+         "WORLD_SIZE"},
         {{AFD_BINARY, "ffn", kTiny, "--additional-config", R"({"afd":{"port":70000}})"},
-         {{"RANK", "0"}, {"WORLD_SIZE", "1"}}, "port"},
+         {{"RANK", "0"}, {"WORLD_SIZE", "1"}},
+         "port"},
         {{AFD_BINARY, "ffn", kTiny, "--additional-config", R"({"afd":{"role":"attention"}})"},
-         {{"RANK", "0"}, {"WORLD_SIZE", "1"}}, "role"},
+         {{"RANK", "0"}, {"WORLD_SIZE", "1"}},
+         "role"},
         {{AFD_BINARY, "ffn", kTiny, "--additional-config", R"({"afd":{}})"}, {{"WORLD_SIZE", "1"}}, "RANK"},
         {{AFD_BINARY, "generate", "--model", kTiny, "--prompt-ids", "1", "--additional-config",
           R"({"afd":{"compute_gate_on_attention":false,"num_attention_ranks":1,"num_ffn_ranks":2}})"},
-         {}, "num_attention_ranks"},
+         {},
+         "num_attention_ranks"},
         {{AFD_BINARY, "generate", "--model", kTiny, "--prompt-ids", "1", "--additional-config",
           R"({"afd":{"num_ffn_ranks":"two"}})"},
-         {}, "num_ffn_ranks"},
+         {},
+         "num_ffn_ranks"},
         {{AFD_BINARY, "launch", "--model", kTiny, "--additional-config", R"({"afd":{"role":"ffn"}})"}, {}, "role"},
     };
     for (const auto& c : cases) {

@@ -18,14 +18,16 @@ class AfdVariant : public ::testing::TestWithParam<std::string> {};
 TEST_P(AfdVariant, MatchesDenseReferenceInBothModes) {
     testing::TempDir dir;
     const std::string config = std::string(AFD_TEST_DATA) + "/configs/" + GetParam() + ".json";
-    const auto gen = testing::runProcess({AFD_BINARY, "gen-model", "--config", config, "--out", dir.path(), "--seed", "7"});
+    const auto gen =
+        testing::runProcess({AFD_BINARY, "gen-model", "--config", config, "--out", dir.path(), "--seed", "7"});
     ASSERT_EQ(gen.exit_code, 0) << gen.err;
-    for (const std::string afd : {R"({"afd":{"num_attention_ranks":1,"num_ffn_ranks":2}})",
-                                  R"({"afd":{"num_attention_ranks":2,"num_ffn_ranks":1,"compute_gate_on_attention":false}})"}) {
-        const auto r = testing::runProcess({AFD_BINARY, "launch", "--model", dir.path(), "--max-tokens", "10", "--json",
-                                            "--additional-config", afd, "--prompt-ids", "3,17,99,5", "--prompt-ids",
-                                            "8,9"},
-                                           120s);
+    for (const std::string afd :
+         {R"({"afd":{"num_attention_ranks":1,"num_ffn_ranks":2}})",
+          R"({"afd":{"num_attention_ranks":2,"num_ffn_ranks":1,"compute_gate_on_attention":false}})"}) {
+        const auto r =
+            testing::runProcess({AFD_BINARY, "launch", "--model", dir.path(), "--max-tokens", "10", "--json",
+                                 "--additional-config", afd, "--prompt-ids", "3,17,99,5", "--prompt-ids", "8,9"},
+                                120s);
         ASSERT_EQ(r.exit_code, 0) << afd << "\n" << r.err;
         const auto out = nlohmann::json::parse(r.out);
         EXPECT_TRUE(out["afd"]["matches_dense_reference"].get<bool>()) << afd;

@@ -13,9 +13,11 @@ TEST(DeviceMapping, LocalRankIndexesDeviceIds) {
 }
 
 TEST(DeviceMapping, BadListsAreErrorsNamingTheFlag) {
-    for (const auto& [ids, rank, needle] : std::vector<std::tuple<std::string, int, std::string>>{
-             {"2,x", 0, "--device-ids"}, {"2,,3", 0, "--device-ids"}, {"-1", 0, "--device-ids"},
-             {"2,3", 2, "LOCAL_RANK=2"}}) {
+    for (const auto& [ids, rank, needle] :
+         std::vector<std::tuple<std::string, int, std::string>>{{"2,x", 0, "--device-ids"},
+                                                                {"2,,3", 0, "--device-ids"},
+                                                                {"-1", 0, "--device-ids"},
+                                                                {"2,3", 2, "LOCAL_RANK=2"}}) {
         auto r = mapLocalRankToGpu(ids, rank);
         ASSERT_FALSE(r.isOk()) << ids;
         EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();

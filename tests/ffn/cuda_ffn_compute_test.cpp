@@ -8,13 +8,13 @@
 
 #include "core/bf16.h"
 
+#include "common/subprocess_util.h"
 #include "ffn/compute_factory.h"
 #include "ffn/cpu_ffn_compute.h"
 #include "model/checkpoint.h"
 #include "model/model_config.h"
 #include "model/synthetic.h"
 #include "model/weights.h"
-#include "common/subprocess_util.h"
 #if defined(AFD_HAVE_CUDA_FFN)
 #include "kernels/cuda/device_info.h"
 #endif

@@ -102,7 +102,8 @@ protected:
         config_ = model::ModelConfig::fromFile(dir + "/config.json").value();
         auto checkpoint = model::Checkpoint::open(dir).value();
         compute_ = std::make_unique<CpuFfnCompute>(
-            config_, model::loadWeights(checkpoint, config_, model::WeightSelection::ffnRole(true, config_, 0, 4)).value());
+            config_,
+            model::loadWeights(checkpoint, config_, model::WeightSelection::ffnRole(true, config_, 0, 4)).value());
         runner_ = std::make_unique<FfnRunner>(config_, transport::AfdMode::kM2n, 4, *compute_, connector_, metrics_);
     }
 

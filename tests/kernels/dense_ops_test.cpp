@@ -3,14 +3,14 @@
 
 #include <cmath>
 
+#include "core/check.h"
+#include "kernel_test_util.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 #include "kernels/sampling.h"
-#include "core/check.h"
-#include "kernel_test_util.h"
 
 namespace afd::kernels {
 namespace {
@@ -111,7 +111,8 @@ TEST(PagedAttentionCpu, MatchesDenseCausalGqa) {
             for (int u = 0; u < T; ++u)
                 if (seq[u] == seq[t] && pos[u] <= pos[t]) {
                     double d = 0;
-                    for (int i = 0; i < hd; ++i) d += double(q[(t * heads + h) * hd + i]) * k[(u * kv_heads + kvh) * hd + i];
+                    for (int i = 0; i < hd; ++i)
+                        d += double(q[(t * heads + h) * hd + i]) * k[(u * kv_heads + kvh) * hd + i];
                     sc.push_back(d * scale);
                     rows.push_back(u);
                 }
@@ -131,9 +132,9 @@ TEST(PagedAttentionCpu, RejectsPositionOutsideBlockTable) {
     std::vector<float> kc(4 * 8), vc(4 * 8), q(8), out(8);
     std::vector<int32_t> seq = {0}, pos = {4};  // block index 1 does not exist
     PagedKvLayout layout{1, 4, 1, 8, tables.data(), 1};
-    EXPECT_THROW(pagedAttentionCpu({layout, 1, 1, 1.0f, seq.data(), pos.data(), q.data(), kc.data(), vc.data(),
-                                    out.data()}),
-                 core::Error);
+    EXPECT_THROW(
+        pagedAttentionCpu({layout, 1, 1, 1.0f, seq.data(), pos.data(), q.data(), kc.data(), vc.data(), out.data()}),
+        core::Error);
 }
 
 TEST(EmbeddingCpu, LooksUpRowsAndChecksIds) {

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <numeric>
 
-#include "kernels/moe.h"
-#include "kernels/router.h"
 #include "core/check.h"
 #include "kernel_test_util.h"
+#include "kernels/moe.h"
+#include "kernels/router.h"
 
 namespace afd::kernels {
 namespace {
@@ -45,8 +45,8 @@ std::vector<double> referenceMoe(const std::vector<float>& x, const std::vector<
 
 struct MoeCase {
     int T, H, I, E, K;
-    bool skip_some;  // some entries -1 (not served here)
-    bool one_expert; // all tokens on expert 0
+    bool skip_some;   // some entries -1 (not served here)
+    bool one_expert;  // all tokens on expert 0
 };
 
 TEST(MoeCpu, MatchesPerTokenReference) {

@@ -3,8 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "common/subprocess_util.h"
 #include <stdlib.h>
+#include "common/subprocess_util.h"
 
 #include <cstring>
 #include <filesystem>

@@ -57,7 +57,7 @@ inline ModelConfig loadOk(const std::string& relative) {
 
 // Success when `status` has `code` and a message holding every one of `needles`.
 inline ::testing::AssertionResult failsWith(const core::Status& status, StatusCode code,
-                                     const std::vector<std::string>& needles) {
+                                            const std::vector<std::string>& needles) {
     if (status.isOk()) return ::testing::AssertionFailure() << "accepted, expected an error";
     if (status.code() != code) {
         return ::testing::AssertionFailure() << "code " << core::statusCodeName(status.code()) << ", expected "

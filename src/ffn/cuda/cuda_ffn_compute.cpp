@@ -12,9 +12,9 @@
 #include "core/env.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
-#include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/device_memory.h"
 #include "kernels/moe_cuda.h"
 #include "kernels/router.h"
 
@@ -47,7 +47,7 @@ std::vector<int64_t> bucketsUpTo(int64_t rows) {
 struct DeviceLayer {
     bool present = false;  // this rank computes something for the layer
     bool is_moe = false;
-    bool route_here = false;  // p2p MoE: the router runs on this GPU
+    bool route_here = false;              // p2p MoE: the router runs on this GPU
     std::vector<core::Bf16> host_router;  // p2p MoE whose shape the GPU router does not take: routed on the host
     int64_t num_experts = 0;
     int64_t inter = 0;
@@ -63,8 +63,8 @@ public:
 
     core::Status init(model::ModelWeights weights);
 
-    core::Status moePartial(int64_t layer, int64_t num_tokens, const float* x, const int32_t* ids,
-                            const float* weights, float* out) override {
+    core::Status moePartial(int64_t layer, int64_t num_tokens, const float* x, const int32_t* ids, const float* weights,
+                            float* out) override {
         return run(layer, num_tokens, x, ids, weights, out);
     }
     core::Status mlpBlock(int64_t layer, int64_t num_tokens, const float* x, float* out) override {
@@ -295,8 +295,8 @@ core::Status CudaFfnCompute::run(int64_t layer, int64_t T, const float* x, const
     }
     AFD_CUDA_CHECK_LAUNCH();
     auto* oh = out_host_.as<uint16_t>();
-    AFD_CUDA_CHECK(cudaMemcpyAsync(oh, out_dev_.get(), static_cast<size_t>(T * H) * sizeof(uint16_t),
-                                   cudaMemcpyDeviceToHost, s));
+    AFD_CUDA_CHECK(
+        cudaMemcpyAsync(oh, out_dev_.get(), static_cast<size_t>(T * H) * sizeof(uint16_t), cudaMemcpyDeviceToHost, s));
     AFD_CUDA_CHECK(cudaStreamSynchronize(s));
     core::parallelFor(T, 64, [&](int64_t b, int64_t e) {
         for (int64_t i = b * H; i < e * H; ++i) out[i] = core::bf16BitsToFloat(oh[i]);

@@ -7,8 +7,8 @@
 
 namespace afd::kernels {
 
-void mlpBlockCpu(const model::ModelConfig& config, const model::MlpLayerWeights& w, const float* x,
-                 int64_t num_tokens, float* out) {
+void mlpBlockCpu(const model::ModelConfig& config, const model::MlpLayerWeights& w, const float* x, int64_t num_tokens,
+                 float* out) {
     const int64_t H = config.hidden_size;
     MoeParams moe;
     moe.num_tokens = num_tokens;

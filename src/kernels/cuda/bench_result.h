@@ -16,8 +16,8 @@ inline constexpr double kSteadyStateWarmupMs = 300.0;
 template <class Row>
 struct BenchResult {
     std::string device;
-    double copy_tbps = 0;    // TB/s, bytes read + written (a 2 GiB device-to-device copy)
-    double gemm_tflops = 0;  // cuBLAS BF16 8192^3 after the series' warm-up (bench_timing.h): the compute floors'
+    double copy_tbps = 0;          // TB/s, bytes read + written (a 2 GiB device-to-device copy)
+    double gemm_tflops = 0;        // cuBLAS BF16 8192^3 after the series' warm-up (bench_timing.h): the compute floors'
     double gemm_burst_tflops = 0;  // the same in a burst of 10 runs without it, for reference
     std::vector<Row> rows;
 };

@@ -13,21 +13,21 @@ namespace afd::kernels::cuda {
 
 }  // namespace afd::kernels::cuda
 
-#define AFD_CUDA_CHECK(expr)                                                                 \
-    do {                                                                                     \
-        const cudaError_t afd_cuda_err_ = (expr);                                            \
-        if (afd_cuda_err_ != cudaSuccess) [[unlikely]] {                                     \
-            ::afd::kernels::cuda::throwCudaError(__FILE__, __LINE__, #expr, afd_cuda_err_);  \
-        }                                                                                    \
+#define AFD_CUDA_CHECK(expr)                                                                \
+    do {                                                                                    \
+        const cudaError_t afd_cuda_err_ = (expr);                                           \
+        if (afd_cuda_err_ != cudaSuccess) [[unlikely]] {                                    \
+            ::afd::kernels::cuda::throwCudaError(__FILE__, __LINE__, #expr, afd_cuda_err_); \
+        }                                                                                   \
     } while (0)
 
 // Checks the last launch (configuration errors) without synchronising.
 #define AFD_CUDA_CHECK_LAUNCH() AFD_CUDA_CHECK(cudaGetLastError())
 
-#define AFD_CUBLAS_CHECK(expr)                                                                          \
-    do {                                                                                                \
-        const int afd_cublas_status_ = static_cast<int>(expr);                                          \
-        if (afd_cublas_status_ != 0) [[unlikely]] {                                                     \
-            ::afd::kernels::cuda::throwCublasError(__FILE__, __LINE__, #expr, afd_cublas_status_);      \
-        }                                                                                               \
+#define AFD_CUBLAS_CHECK(expr)                                                                     \
+    do {                                                                                           \
+        const int afd_cublas_status_ = static_cast<int>(expr);                                     \
+        if (afd_cublas_status_ != 0) [[unlikely]] {                                                \
+            ::afd::kernels::cuda::throwCublasError(__FILE__, __LINE__, #expr, afd_cublas_status_); \
+        }                                                                                          \
     } while (0)

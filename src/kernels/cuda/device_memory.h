@@ -1,5 +1,6 @@
-// RAII owners of CUDA resources (used by the GPU FFN compute and the benchmarks): device and pinned host buffers, a stream, an
-// instantiated graph. Each frees its resource exactly once; destructors never throw (a failing free is logged).
+// RAII owners of CUDA resources (used by the GPU FFN compute and the benchmarks): device and pinned host buffers, a
+// stream, an instantiated graph. Each frees its resource exactly once; destructors never throw (a failing free is
+// logged).
 #pragma once
 
 #include <cuda_runtime.h>

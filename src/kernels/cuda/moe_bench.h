@@ -23,23 +23,23 @@ struct MoeBenchOptions {
     int64_t experts = 128;
     int64_t top_k = 8;
     double zipf_exponent = 1.0;
-    int layers = 5;                  // weight sets rotated between replays (>= 4 keeps L2 cold)
-    int reps = 100;                  // timed replays per point (median reported)
-    int warmup = 10;                 // untimed replays per point, at least
+    int layers = 5;                           // weight sets rotated between replays (>= 4 keeps L2 cold)
+    int reps = 100;                           // timed replays per point (median reported)
+    int warmup = 10;                          // untimed replays per point, at least
     double warmup_ms = kSteadyStateWarmupMs;  // and at least this much device time of them (bench_result.h)
-    bool stages = true;              // also time the four stages apart (graphs of one stage each)
-    bool fuse_small_routing = true;  // MoeCudaOptions::fuse_small_routing
+    bool stages = true;                       // also time the four stages apart (graphs of one stage each)
+    bool fuse_small_routing = true;           // MoeCudaOptions::fuse_small_routing
     int fused_combine_entries = MoeCudaOptions{}.fused_combine_entries;  // MoeCudaOptions::fused_combine_entries
     bool dynamic_schedule = MoeCudaOptions{}.dynamic_schedule;           // MoeCudaOptions::dynamic_schedule
     bool early_stage_release = MoeCudaOptions{}.early_stage_release;     // MoeCudaOptions::early_stage_release
     int early_release_entries_per_expert = MoeCudaOptions{}.early_release_entries_per_expert;  // the same
-    bool down_prefetch = MoeCudaOptions{}.down_prefetch;                 // MoeCudaOptions::down_prefetch
-    bool gate_up_prefetch = MoeCudaOptions{}.gate_up_prefetch;           // MoeCudaOptions::gate_up_prefetch
-    bool slot_gather = MoeCudaOptions{}.slot_gather;                     // MoeCudaOptions::slot_gather
-    bool down_per_expert = MoeCudaOptions{}.down_per_expert;             // MoeCudaOptions::down_per_expert
+    bool down_prefetch = MoeCudaOptions{}.down_prefetch;                        // MoeCudaOptions::down_prefetch
+    bool gate_up_prefetch = MoeCudaOptions{}.gate_up_prefetch;                  // MoeCudaOptions::gate_up_prefetch
+    bool slot_gather = MoeCudaOptions{}.slot_gather;                            // MoeCudaOptions::slot_gather
+    bool down_per_expert = MoeCudaOptions{}.down_per_expert;                    // MoeCudaOptions::down_per_expert
     bool gate_up_on_permute_words = MoeCudaOptions{}.gate_up_on_permute_words;  // the same
-    bool shared_weights_in_l2 = MoeCudaOptions{}.shared_weights_in_l2;   // MoeCudaOptions::shared_weights_in_l2
-    bool combine_by_part = MoeCudaOptions{}.combine_by_part;             // MoeCudaOptions::combine_by_part
+    bool shared_weights_in_l2 = MoeCudaOptions{}.shared_weights_in_l2;          // MoeCudaOptions::shared_weights_in_l2
+    bool combine_by_part = MoeCudaOptions{}.combine_by_part;                    // MoeCudaOptions::combine_by_part
     // Also run each point once more with MoeCudaOptions::trace and summarise when the GEMM kernels' CTAs reach each
     // MoeTraceEvent (MoeBenchRow::timeline).
     bool timeline = false;

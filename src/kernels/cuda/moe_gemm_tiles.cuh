@@ -103,9 +103,9 @@ struct Layout {
 
 struct Item {
     int expert;
-    int n_tile;     // weight-row tile within the expert
-    int slot_base;  // first slot of the token tile
-    int ntok;       // tokens in the tile, 1..kBlockTokens
+    int n_tile;        // weight-row tile within the expert
+    int slot_base;     // first slot of the token tile
+    int ntok;          // tokens in the tile, 1..kBlockTokens
     int expert_tiles;  // token tiles of the expert
 };
 

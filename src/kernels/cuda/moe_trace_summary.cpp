@@ -14,7 +14,7 @@ namespace {
 const char* traceEventName(int event) {
     static const char* const kNames[kTraceItemLog] = {"entry",      "setup",        "dependency", "first-load",
                                                       "first-data", "last-mma",     "end",        "prod-done",
-                                                      "rows-ready", "gather-first", "items", "waited"};
+                                                      "rows-ready", "gather-first", "items",      "waited"};
     return kNames[event];
 }
 

@@ -22,12 +22,12 @@ namespace {
 
 constexpr int kTileTokens = 128;
 constexpr int kTileExperts = 128;
-constexpr int kChunk = 64;                 // reduction elements per pipeline stage
-constexpr int kRowElems = kChunk + 8;      // shared-memory row pitch (144 bytes: ldmatrix rows hit distinct banks)
+constexpr int kChunk = 64;             // reduction elements per pipeline stage
+constexpr int kRowElems = kChunk + 8;  // shared-memory row pitch (144 bytes: ldmatrix rows hit distinct banks)
 constexpr int kStages = 3;
-constexpr int kLogitsThreads = 256;        // 8 warps: 4 token quarters of 32 x 2 expert halves of 64
-constexpr int kTopkThreads = 256;          // top-k CTA: 8 tokens (a warp each) or one token
-constexpr int kWarpTopkSplits = 4;         // partial sums the warp-per-token top-k loads at once
+constexpr int kLogitsThreads = 256;  // 8 warps: 4 token quarters of 32 x 2 expert halves of 64
+constexpr int kTopkThreads = 256;    // top-k CTA: 8 tokens (a warp each) or one token
+constexpr int kWarpTopkSplits = 4;   // partial sums the warp-per-token top-k loads at once
 constexpr int kMaxExperts = 256;
 constexpr int kMaxStripes = kMaxExperts / 32;  // experts per lane in the top-k
 // Splits: as many as keep the logits kernel within a target grid. Up to kCtaTopkTokens tokens the target is about two
@@ -89,8 +89,8 @@ __device__ __forceinline__ void loadChunk(uint16_t* stage, const uint16_t* x, co
 // 64 (w / 4) + 8 j + 2 (l % 4) (+ 1) in acc[m][j][0, 1] (and [2, 3] for the token 8 rows on). Ends with every copy
 // landed and read, so the caller may reuse the shared memory after a __syncthreads.
 __device__ __forceinline__ void logitsMainloop(uint16_t* smem, const uint16_t* x, const uint16_t* gate_w, int t0,
-                                               int e0, int c_begin, int n, int num_tokens, int hidden,
-                                               int num_experts, float (&acc)[2][8][4]) {
+                                               int e0, int c_begin, int n, int num_tokens, int hidden, int num_experts,
+                                               float (&acc)[2][8][4]) {
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int wm = warp & 3;   // tokens [32 wm, 32 wm + 32) of the tile: two 16-row MMA tiles
@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(kTopkThreads)
 // experts lane + 32 q).
 __global__ void __launch_bounds__(kTopkThreads)
     routerTopkCtaKernel(const float* partial, int splits, float* logits, int32_t* topk_ids, float* topk_weights,
-                     int num_tokens, int num_experts, int top_k, bool renormalize) {
+                        int num_tokens, int num_experts, int top_k, bool renormalize) {
     __shared__ float s_sum[kTopkThreads];
     sm90::gridDependencyWait();  // the logits kernel's partials
     sm90::launchDependents();
@@ -345,10 +345,10 @@ __global__ void __launch_bounds__(kTopkThreads)
 }
 
 struct Split {
-    int chunks;            // 64-element chunks of the hidden size
+    int chunks;  // 64-element chunks of the hidden size
     int chunks_per_split;
-    int splits;            // S: every split has at least one chunk
-    bool cta_topk;         // routerTopkCtaKernel (few tokens, many splits), else routerTopkWarpKernel
+    int splits;     // S: every split has at least one chunk
+    bool cta_topk;  // routerTopkCtaKernel (few tokens, many splits), else routerTopkWarpKernel
 };
 
 Split routerSplit(int64_t num_tokens, int64_t hidden, int64_t num_experts) {
@@ -408,9 +408,9 @@ cudaError_t launchRouter(const uint16_t* x, const uint16_t* gate_w, float* logit
     const Split s = routerSplit(num_tokens, hidden, num_experts);
     cudaLaunchAttribute attr[1];
     cudaLaunchConfig_t config = pdlLaunchConfig(1, kLogitsThreads, stream, true, attr);
-    config.gridDim = dim3(static_cast<unsigned>((num_tokens + kTileTokens - 1) / kTileTokens),
-                          static_cast<unsigned>(s.splits),
-                          static_cast<unsigned>((num_experts + kTileExperts - 1) / kTileExperts));
+    config.gridDim =
+        dim3(static_cast<unsigned>((num_tokens + kTileTokens - 1) / kTileTokens), static_cast<unsigned>(s.splits),
+             static_cast<unsigned>((num_experts + kTileExperts - 1) / kTileExperts));
     config.dynamicSmemBytes = kLogitsSmem;
     err = cudaLaunchKernelEx(&config, routerLogitsKernel, x, gate_w, workspace, num_tokens, hidden, num_experts,
                              s.chunks, s.chunks_per_split);
@@ -422,8 +422,8 @@ cudaError_t launchRouter(const uint16_t* x, const uint16_t* gate_w, float* logit
         const cudaLaunchConfig_t topk_config =
             pdlLaunchConfig(static_cast<unsigned>((num_tokens + kTopkThreads / 32 - 1) / (kTopkThreads / 32)),
                             kTopkThreads, stream, true, attr);
-        return cudaLaunchKernelEx(&topk_config, routerTopkWarpKernel, partial, s.splits, logits, topk_ids,
-                                  topk_weights, num_tokens, num_experts, top_k, renormalize);
+        return cudaLaunchKernelEx(&topk_config, routerTopkWarpKernel, partial, s.splits, logits, topk_ids, topk_weights,
+                                  num_tokens, num_experts, top_k, renormalize);
     }
     const cudaLaunchConfig_t topk_config =
         pdlLaunchConfig(static_cast<unsigned>(num_tokens), kTopkThreads, stream, true, attr);
