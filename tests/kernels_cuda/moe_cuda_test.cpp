@@ -130,6 +130,10 @@ std::vector<Case> cases() {
         // the item ring, the down kernel per expert and the combine by part (two parts), and a skewed expert has
         // several token tiles.
         {"tall_ring_paths_skewed", 200, 512, 256, 16, 4, Routing::kSkewed},
+        // The same with I = 128: two k-blocks per down item, where tall128g's consumers finish items fastest and its
+        // producer thread 0 must count their posts while it waits for a stage (ItemDonePoller), or a full post ring
+        // would hold the consumers and the stage they release.
+        {"tall_ring_paths_inter128", 200, 512, 128, 16, 4, Routing::kSkewed},
     };
 }
 
