@@ -1,20 +1,9 @@
 #include "kernels/cuda/device_info.h"
 
-#include <cublas_v2.h>
-#include <fmt/core.h>
 
 #include "kernels/cuda/cuda_check.h"
 
 namespace afd::kernels::cuda {
-
-void throwCudaError(const char* file, int line, const char* expr, cudaError_t error) {
-    throw core::Error(fmt::format("{}:{}: CUDA call failed: {}: {} ({})", file, line, expr, cudaGetErrorString(error),
-                                  static_cast<int>(error)));
-}
-
-void throwCublasError(const char* file, int line, const char* expr, int status) {
-    throw core::Error(fmt::format("{}:{}: cuBLAS call failed: {}: status {}", file, line, expr, status));
-}
 
 int deviceCount() {
     int count = 0;
