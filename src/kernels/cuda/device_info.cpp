@@ -1,6 +1,5 @@
 #include "kernels/cuda/device_info.h"
 
-
 #include "kernels/cuda/cuda_check.h"
 
 namespace afd::kernels::cuda {
