@@ -19,7 +19,8 @@
 #                  rank (its tests, then `afd launch --ffn-device cuda` on the HF fixture and on a 2-layer
 #                  Qwen3-30B-A3B-shaped model); "hf": scripts/hf_crosscheck.py (engine vs transformers)
 #                  "bounds" times diagnostic builds of afd (CMake AFD_MOE_DIAG_SKIP: the GEMM kernels skip their
-#                  token copies, MMAs, weight copies or output stores, or store h or y into 128 rows) beside the real one at
+#                  token copies, MMAs, weight copies or output stores, or store h or y into 128 rows, or a hot expert's
+#                  odd token tiles copy no weights (128)) beside the real one at
 #                  T = AFD_BOUNDS_TOKENS (default 256,1024,4096), uniform and zipf, in turn, two rounds: what each
 #                  part of the work costs the layer (bounds.log); the masks are AFD_BOUNDS_MASKS (default
 #                  "1 2 3 4 8 16 32 48"), the builds come from AFD_DIAG_DIR (afd_diag<mask>) or are made here
