@@ -54,6 +54,20 @@ core::Result<int> resolveDevice(const std::string& device, const std::string& de
 #endif
 }
 
+core::Status checkFfnComputeFits(const std::string& device, int gpu, const model::ModelConfig& config,
+                                 const model::WeightSelection& selection, int64_t max_rows) {
+    if (device == "cpu") return core::Status::ok();
+#if defined(AFD_HAVE_CUDA_FFN)
+    return checkCudaFfnFits(config, selection, gpu, max_rows);
+#else
+    (void)gpu;
+    (void)config;
+    (void)selection;
+    (void)max_rows;
+    return core::invalidArgument("--device {:?} is not available in this build", device);
+#endif
+}
+
 core::Result<std::unique_ptr<FfnCompute>> createFfnCompute(const std::string& device, int gpu,
                                                            const model::ModelConfig& config,
                                                            model::ModelWeights weights, int64_t max_rows) {

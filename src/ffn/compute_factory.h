@@ -21,6 +21,11 @@ core::Result<int> mapLocalRankToGpu(const std::string& device_ids, int local_ran
 // not built). For "cpu", device_ids must be empty. Returns -1 for cpu.
 core::Result<int> resolveDevice(const std::string& device, const std::string& device_ids, int local_rank);
 
+// Before any weight is read: whether the device can hold what createFfnCompute will allocate for the weights
+// `selection` picks and calls of up to `max_rows` rows (cuda: checkCudaFfnFits; cpu: host memory is not checked).
+core::Status checkFfnComputeFits(const std::string& device, int gpu, const model::ModelConfig& config,
+                                 const model::WeightSelection& selection, int64_t max_rows);
+
 // Takes the loaded weights; for CUDA they are copied to `gpu` once (in the kernels' layout) and the host copy is
 // dropped. `max_rows`: the most tokens one call may carry (sizes the GPU's staging buffers).
 core::Result<std::unique_ptr<FfnCompute>> createFfnCompute(const std::string& device, int gpu,

@@ -212,11 +212,12 @@ Status Service::load() {
     fingerprint_ = model_fp + " | " + afd_.fingerprint();
     const auto selection =
         model::WeightSelection::ffnRole(afd_.compute_gate_on_attention, model_config_, experts_.begin, experts_.end);
-    AFD_ASSIGN_OR_RETURN(model::ModelWeights weights, model::loadWeights(*checkpoint_, model_config_, selection));
-    weight_bytes_ = weights.checkpoint_bytes;
     // One call carries at most every peer's full stage.
     const int64_t max_rows =
         static_cast<int64_t>(afd_.topology().attentionPeersOfFfn(rank_).size()) * afd_.max_num_tokens;
+    AFD_RETURN_IF_ERROR(checkFfnComputeFits(options_.device, gpu_, model_config_, selection, max_rows));
+    AFD_ASSIGN_OR_RETURN(model::ModelWeights weights, model::loadWeights(*checkpoint_, model_config_, selection));
+    weight_bytes_ = weights.checkpoint_bytes;
     AFD_ASSIGN_OR_RETURN(compute_,
                          createFfnCompute(options_.device, gpu_, model_config_, std::move(weights), max_rows));
     report_.weight_bytes = weight_bytes_;

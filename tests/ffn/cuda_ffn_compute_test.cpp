@@ -1,6 +1,7 @@
 // The GPU FFN compute against the CPU one on the HF fixture's weights, for m2n expert ranges (partial sums) and
 // p2p (router + experts, dense MLP): fresh random inputs, outputs poisoned, relative L2 below 1e-2 (BF16 path).
 // Compiles with the CUDA backend; skips on machines without a GPU.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +17,9 @@
 #include "model/synthetic.h"
 #include "model/weights.h"
 #if defined(AFD_HAVE_CUDA_FFN)
+#include <cuda_runtime.h>
+
+#include "ffn/cuda/cuda_ffn_compute.h"
 #include "kernels/cuda/device_info.h"
 #endif
 
@@ -121,6 +125,56 @@ TEST_F(CudaFfnComputeTest, P2pWithTheGpuRouterMatchesCpu) {
         }
     }
 }
+
+#if defined(AFD_HAVE_CUDA_FFN)
+// No device needed: the bytes a GPU FFN rank needs follow the experts it holds and the rows it stages.
+TEST(CudaFfnDeviceBytesTest, FollowTheExpertsAndRowsARankHolds) {
+    const model::ModelConfig c = model::ModelConfig::preset("qwen3-30b-a3b").value();
+    const uint64_t per_expert = uint64_t{3} * 2048 * 768 * 2;  // 9,437,184 B per expert and layer
+    const uint64_t half = cudaFfnDeviceBytes(c, model::WeightSelection::ffnRole(true, c, 0, 64), 512);
+    const uint64_t all = cudaFfnDeviceBytes(c, model::WeightSelection::ffnRole(true, c, 0, 128), 512);
+    // 48 MoE layers of 64 experts more, and 64 more in the one layer staged at a time; the kernels' workspace grows by
+    // a few words per expert.
+    const uint64_t more = 48 * 64 * per_expert + 64 * per_expert;
+    EXPECT_GE(all - half, more);
+    EXPECT_LT(all - half, more + 65536);
+    EXPECT_GT(half, 48 * 64 * per_expert);
+    EXPECT_LT(half, 49 * 64 * per_expert + (uint64_t{1} << 30));  // activations and workspaces for 512 rows
+    EXPECT_GT(cudaFfnDeviceBytes(c, model::WeightSelection::ffnRole(true, c, 0, 64), 4096), half);
+    // p2p: every expert and the router of each MoE layer (128 x 2048 bf16).
+    const uint64_t p2p = cudaFfnDeviceBytes(c, model::WeightSelection::ffnRole(false, c, 0, 0), 512);
+    EXPECT_GE(p2p - all, uint64_t{48} * 128 * 2048 * 2);
+}
+
+// The rank's allocations stay within the estimate its load checks first (plus the headroom it asks for).
+TEST_F(CudaFfnComputeTest, AllocatesNoMoreThanTheEstimateItsLoadChecks) {
+    const auto selection = model::WeightSelection::ffnRole(true, config_, 2, 6);
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    ASSERT_EQ(cudaFree(nullptr), cudaSuccess);  // the context exists before the first reading
+    size_t free_before = 0, free_after = 0, total = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+    auto gpu = createFfnCompute("cuda", 0, config_, model::loadWeights(*checkpoint_, config_, selection).value(), 512);
+    ASSERT_TRUE(gpu.isOk()) << gpu.status().toString();
+    ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+    EXPECT_LE(free_before - free_after, cudaFfnDeviceBytes(config_, selection, 512) + kCudaFfnHeadroomBytes);
+}
+
+// A rank its GPU cannot hold is refused before any weight is read, naming the GPU, the memory and the remedy.
+TEST_F(CudaFfnComputeTest, RefusesARankItsGpuCannotHoldBeforeLoading) {
+    const model::ModelConfig c = model::ModelConfig::preset("qwen3-30b-a3b").value();
+    const auto all = model::WeightSelection::ffnRole(true, c, 0, c.num_experts);
+    const core::Status refused = checkFfnComputeFits("cuda", 0, c, all, int64_t{1} << 20);  // ~150 GiB of staging
+    EXPECT_FALSE(refused.isOk());
+    EXPECT_THAT(refused.toString(), ::testing::AllOf(::testing::HasSubstr("cuda:0"), ::testing::HasSubstr("GiB free"),
+                                                     ::testing::HasSubstr("afd.num_ffn_ranks")));
+    size_t free_bytes = 0, total = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+    if (free_bytes > cudaFfnDeviceBytes(c, all, 512) + kCudaFfnHeadroomBytes) {
+        EXPECT_TRUE(checkFfnComputeFits("cuda", 0, c, all, 512).isOk());  // 58 GiB of experts: an H200 holds them
+    }
+    EXPECT_TRUE(checkFfnComputeFits("cpu", -1, c, all, int64_t{1} << 20).isOk());  // host memory is not checked
+}
+#endif
 
 }  // namespace
 }  // namespace afd::ffn

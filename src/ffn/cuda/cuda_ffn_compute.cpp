@@ -44,6 +44,14 @@ std::vector<int64_t> bucketsUpTo(int64_t rows) {
     }
 }
 
+// The GPU router takes num_experts % 32 == 0, <= 256 and top_k <= 32 (moe_cuda.h); other shapes are routed on the
+// host with the reference router and the result uploaded like m2n routing.
+bool gpuRouterTakes(const model::ModelConfig& config) {
+    return config.num_experts % 32 == 0 && config.num_experts <= 256 && config.num_experts_per_tok <= 32;
+}
+
+double gib(uint64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << 30); }
+
 struct DeviceLayer {
     bool present = false;  // this rank computes something for the layer
     bool is_moe = false;
@@ -137,9 +145,7 @@ core::Status CudaFfnCompute::init(model::ModelWeights weights) {
         max_experts = std::max(max_experts, d.num_experts);
         max_inter = std::max(max_inter, d.inter);
         if (w.is_moe && w.router.rawData() != nullptr) {
-            // The GPU router takes num_experts % 32 == 0, <= 256 and top_k <= 32 (moe_cuda.h); other shapes are
-            // routed on the host with the reference router and the result uploaded like m2n routing.
-            if (config_.num_experts % 32 != 0 || config_.num_experts > 256 || K > 32) {
+            if (!gpuRouterTakes(config_)) {
                 const auto* src = w.router.data<core::Bf16>();
                 d.host_router.assign(src, src + w.router.numel());
                 continue;
@@ -324,6 +330,58 @@ void CudaFfnCompute::release() {
 }
 
 }  // namespace
+
+uint64_t cudaFfnDeviceBytes(const model::ModelConfig& config, const model::WeightSelection& selection,
+                            int64_t max_rows) {
+    const int64_t H = config.hidden_size;
+    const int64_t K = config.num_experts_per_tok;
+    uint64_t weights = 0;
+    uint64_t staging = 0;  // one layer's checkpoint matrices at a time (init's upload)
+    bool routes = false;
+    int64_t max_experts = 1, max_inter = 1;
+    for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+        const bool moe = config.isMoeLayer(l);
+        const int64_t experts = moe ? selection.numExperts() : (selection.dense_mlp ? 1 : 0);
+        if (experts <= 0) continue;
+        const int64_t inter = moe ? config.moe_intermediate_size : config.intermediate_size;
+        const kernels::MoePackedWeightBytes packed = kernels::moePackedWeightBytes(experts, H, inter);
+        weights += packed.w13 + packed.w2;
+        staging = std::max(staging, static_cast<uint64_t>(experts * 3 * inter * H) * sizeof(uint16_t));
+        if (moe && selection.router && gpuRouterTakes(config)) {
+            weights += static_cast<uint64_t>(config.num_experts * H) * sizeof(uint16_t);
+            routes = true;
+        }
+        max_experts = std::max(max_experts, experts);
+        max_inter = std::max(max_inter, inter);
+    }
+    const int64_t rows = bucketFor(max_rows);
+    uint64_t calls = static_cast<uint64_t>(2 * rows * H) * sizeof(uint16_t) +               // x, out
+                     static_cast<uint64_t>(rows * K) * (sizeof(int32_t) + sizeof(float)) +  // ids, weights
+                     kernels::moeCudaWorkspaceBytes(rows, K, max_experts, H, max_inter);
+    if (routes) calls += kernels::routerCudaWorkspaceBytes(rows, H, config.num_experts);
+    return weights + staging + calls;
+}
+
+core::Status checkCudaFfnFits(const model::ModelConfig& config, const model::WeightSelection& selection, int gpu,
+                              int64_t max_rows) {
+    const uint64_t needed = cudaFfnDeviceBytes(config, selection, max_rows);
+    size_t free_bytes = 0, total_bytes = 0;
+    try {
+        AFD_CUDA_CHECK(cudaSetDevice(gpu));
+        AFD_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    } catch (const core::Error& e) {
+        return core::internalError("reading cuda:{}'s free memory: {}", gpu, e.what());
+    }
+    if (needed + kCudaFfnHeadroomBytes > free_bytes) {
+        return core::invalidArgument(
+            "cuda:{} ({}) has {:.2f} GiB free of {:.2f} GiB, and this FFN rank needs {:.2f} GiB ({} experts of {} "
+            "per MoE layer, calls of up to {} rows) plus {:.2f} GiB of headroom: use more FFN ranks "
+            "(afd.num_ffn_ranks), fewer tokens per step (afd.max_num_tokens) or a GPU with more free memory",
+            gpu, kernels::cuda::deviceInfo(gpu).name, gib(free_bytes), gib(total_bytes), gib(needed),
+            selection.numExperts(), config.num_experts, max_rows, gib(kCudaFfnHeadroomBytes));
+    }
+    return core::Status::ok();
+}
 
 core::Result<std::unique_ptr<FfnCompute>> createCudaFfnCompute(const model::ModelConfig& config,
                                                                model::ModelWeights weights, int gpu, int64_t max_rows) {

@@ -24,4 +24,17 @@ namespace afd::ffn {
 core::Result<std::unique_ptr<FfnCompute>> createCudaFfnCompute(const model::ModelConfig& config,
                                                                model::ModelWeights weights, int gpu, int64_t max_rows);
 
+// The device memory createCudaFfnCompute allocates for the MLP weights `selection` picks (packed experts, routers run
+// on the GPU, the largest layer's upload staging) and for calls of up to `max_rows` rows (activations, the kernels'
+// workspaces), from the config alone: known before any weight is read.
+uint64_t cudaFfnDeviceBytes(const model::ModelConfig& config, const model::WeightSelection& selection,
+                            int64_t max_rows);
+
+// Whether `gpu`'s free memory holds cudaFfnDeviceBytes plus kCudaFfnHeadroomBytes (CUDA graphs, library handles):
+// invalidArgument naming the GPU, the bytes needed and free, and the remedy, when it does not. Ranks that share a GPU
+// each check the memory free when they load.
+inline constexpr uint64_t kCudaFfnHeadroomBytes = uint64_t{256} << 20;
+core::Status checkCudaFfnFits(const model::ModelConfig& config, const model::WeightSelection& selection, int gpu,
+                              int64_t max_rows);
+
 }  // namespace afd::ffn
