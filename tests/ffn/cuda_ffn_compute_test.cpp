@@ -159,20 +159,35 @@ TEST_F(CudaFfnComputeTest, AllocatesNoMoreThanTheEstimateItsLoadChecks) {
     EXPECT_LE(free_before - free_after, cudaFfnDeviceBytes(config_, selection, 512) + kCudaFfnHeadroomBytes);
 }
 
+// No device needed: calls whose largest token bucket passes the kernels' 32-bit offsets are refused before anything
+// else, with the most rows a call may carry (114688 at Qwen3-30B-A3B's top-8 x 2048: the bucket below 131072).
+TEST(CudaFfnFitTest, RefusesCallsPastTheKernelsOffsetsBeforeAskingTheDevice) {
+    const model::ModelConfig c = model::ModelConfig::preset("qwen3-30b-a3b").value();
+    const auto half = model::WeightSelection::ffnRole(true, c, 0, 64);
+    const core::Status refused = checkCudaFfnFits(c, half, 0, int64_t{1} << 20);
+    EXPECT_EQ(refused.code(), core::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.toString(), ::testing::AllOf(::testing::HasSubstr("afd.max_num_tokens"),
+                                                     ::testing::HasSubstr("at most 114688 rows")));
+    EXPECT_THAT(checkCudaFfnFits(c, half, 0, 114689).toString(), ::testing::HasSubstr("at most 114688 rows"));
+}
+
 // A rank its GPU cannot hold is refused before any weight is read, naming the GPU, the memory and the remedy.
 TEST_F(CudaFfnComputeTest, RefusesARankItsGpuCannotHoldBeforeLoading) {
-    const model::ModelConfig c = model::ModelConfig::preset("qwen3-30b-a3b").value();
-    const auto all = model::WeightSelection::ffnRole(true, c, 0, c.num_experts);
-    const core::Status refused = checkFfnComputeFits("cuda", 0, c, all, int64_t{1} << 20);  // ~150 GiB of staging
+    model::ModelConfig deep = model::ModelConfig::preset("qwen3-30b-a3b").value();
+    deep.num_hidden_layers = 200;  // 200 MoE layers of 128 experts: 242 GB
+    const core::Status refused =
+        checkFfnComputeFits("cuda", 0, deep, model::WeightSelection::ffnRole(true, deep, 0, 128), 512);
     EXPECT_FALSE(refused.isOk());
     EXPECT_THAT(refused.toString(), ::testing::AllOf(::testing::HasSubstr("cuda:0"), ::testing::HasSubstr("GiB free"),
                                                      ::testing::HasSubstr("afd.num_ffn_ranks")));
+    const model::ModelConfig c = model::ModelConfig::preset("qwen3-30b-a3b").value();
+    const auto all = model::WeightSelection::ffnRole(true, c, 0, c.num_experts);
     size_t free_bytes = 0, total = 0;
     ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
     if (free_bytes > cudaFfnDeviceBytes(c, all, 512) + kCudaFfnHeadroomBytes) {
-        EXPECT_TRUE(checkFfnComputeFits("cuda", 0, c, all, 512).isOk());  // 58 GiB of experts: an H200 holds them
+        EXPECT_TRUE(checkFfnComputeFits("cuda", 0, c, all, 512).isOk());  // 58 GB of experts: an H200 holds them
     }
-    EXPECT_TRUE(checkFfnComputeFits("cpu", -1, c, all, int64_t{1} << 20).isOk());  // host memory is not checked
+    EXPECT_TRUE(checkFfnComputeFits("cpu", -1, deep, all, 512).isOk());  // host memory is not checked
 }
 #endif
 

@@ -196,7 +196,14 @@ const GraphExec& CudaFfnCompute::graphFor(int64_t layer, int64_t bucket) {
         cudaStream_t s = stream_->get();
         cudaGraph_t graph = nullptr;
         AFD_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        enqueue(layer, bucket);
+        try {
+            enqueue(layer, bucket);
+        } catch (...) {
+            // End the capture before the error leaves: a stream left capturing refuses every later call on it,
+            // and the buffers' frees with it.
+            if (cudaStreamEndCapture(s, &graph) == cudaSuccess && graph != nullptr) (void)cudaGraphDestroy(graph);
+            throw;
+        }
         AFD_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
         cudaGraphExec_t exec = nullptr;
         const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
@@ -331,39 +338,71 @@ void CudaFfnCompute::release() {
 
 }  // namespace
 
-uint64_t cudaFfnDeviceBytes(const model::ModelConfig& config, const model::WeightSelection& selection,
-                            int64_t max_rows) {
-    const int64_t H = config.hidden_size;
-    const int64_t K = config.num_experts_per_tok;
-    uint64_t weights = 0;
+namespace {
+
+// What a rank holding `selection`'s MLP weights puts on its GPU, layer by layer (as init() allocates it).
+struct RankDeviceShape {
+    uint64_t weights = 0;  // packed experts, and the routers run on the GPU
     uint64_t staging = 0;  // one layer's checkpoint matrices at a time (init's upload)
     bool routes = false;
-    int64_t max_experts = 1, max_inter = 1;
+    int64_t max_experts = 1;
+    int64_t max_inter = 1;
+};
+
+RankDeviceShape rankDeviceShape(const model::ModelConfig& config, const model::WeightSelection& selection) {
+    const int64_t H = config.hidden_size;
+    RankDeviceShape r;
     for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
         const bool moe = config.isMoeLayer(l);
         const int64_t experts = moe ? selection.numExperts() : (selection.dense_mlp ? 1 : 0);
         if (experts <= 0) continue;
         const int64_t inter = moe ? config.moe_intermediate_size : config.intermediate_size;
         const kernels::MoePackedWeightBytes packed = kernels::moePackedWeightBytes(experts, H, inter);
-        weights += packed.w13 + packed.w2;
-        staging = std::max(staging, static_cast<uint64_t>(experts * 3 * inter * H) * sizeof(uint16_t));
+        r.weights += packed.w13 + packed.w2;
+        r.staging = std::max(r.staging, static_cast<uint64_t>(experts * 3 * inter * H) * sizeof(uint16_t));
         if (moe && selection.router && gpuRouterTakes(config)) {
-            weights += static_cast<uint64_t>(config.num_experts * H) * sizeof(uint16_t);
-            routes = true;
+            r.weights += static_cast<uint64_t>(config.num_experts * H) * sizeof(uint16_t);
+            r.routes = true;
         }
-        max_experts = std::max(max_experts, experts);
-        max_inter = std::max(max_inter, inter);
+        r.max_experts = std::max(r.max_experts, experts);
+        r.max_inter = std::max(r.max_inter, inter);
     }
+    return r;
+}
+
+}  // namespace
+
+uint64_t cudaFfnDeviceBytes(const model::ModelConfig& config, const model::WeightSelection& selection,
+                            int64_t max_rows) {
+    const int64_t H = config.hidden_size;
+    const int64_t K = config.num_experts_per_tok;
+    const RankDeviceShape r = rankDeviceShape(config, selection);
     const int64_t rows = bucketFor(max_rows);
     uint64_t calls = static_cast<uint64_t>(2 * rows * H) * sizeof(uint16_t) +               // x, out
                      static_cast<uint64_t>(rows * K) * (sizeof(int32_t) + sizeof(float)) +  // ids, weights
-                     kernels::moeCudaWorkspaceBytes(rows, K, max_experts, H, max_inter);
-    if (routes) calls += kernels::routerCudaWorkspaceBytes(rows, H, config.num_experts);
-    return weights + staging + calls;
+                     kernels::moeCudaWorkspaceBytes(rows, K, r.max_experts, H, r.max_inter);
+    if (r.routes) calls += kernels::routerCudaWorkspaceBytes(rows, H, config.num_experts);
+    return r.weights + r.staging + calls;
 }
 
 core::Status checkCudaFfnFits(const model::ModelConfig& config, const model::WeightSelection& selection, int gpu,
                               int64_t max_rows) {
+    // The kernels index rows of x, x_sorted, h and y with 32-bit element offsets (moeForwardCuda): the largest token
+    // bucket this rank stages must keep T top_k max(hidden, inter) below 2^31.
+    const int64_t K = config.num_experts_per_tok;
+    const int64_t widest = std::max(config.hidden_size, rankDeviceShape(config, selection).max_inter);
+    const int64_t rows = bucketFor(max_rows);
+    if (rows * K * widest >= (int64_t{1} << 31)) {
+        int64_t limit = 0;  // the largest token bucket within the offsets
+        for (const int64_t b : bucketsUpTo(rows)) {
+            if (b * K * widest < (int64_t{1} << 31)) limit = b;
+        }
+        return core::invalidArgument(
+            "this FFN rank stages calls of up to {} rows (its attention peers x afd.max_num_tokens, rounded up to a "
+            "token bucket), and {} rows x top_k {} x {} columns pass the GPU kernels' 32-bit offsets (2^31 "
+            "elements): lower afd.max_num_tokens so that a call carries at most {} rows",
+            max_rows, rows, K, widest, limit);
+    }
     const uint64_t needed = cudaFfnDeviceBytes(config, selection, max_rows);
     size_t free_bytes = 0, total_bytes = 0;
     try {

@@ -1,5 +1,8 @@
 #include "kernels/cuda/device_memory.h"
 
+#include <fmt/core.h>
+
+#include "core/check.h"
 #include "core/logging.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -13,7 +16,21 @@ void logFree(const char* what, cudaError_t error) {
 }  // namespace
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes > 0) AFD_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+    if (bytes == 0) return;
+    const cudaError_t cuda_malloc = cudaMalloc(&ptr_, bytes);
+    if (cuda_malloc == cudaErrorMemoryAllocation) {
+        // Not sticky: the device stays usable. Say how much was asked for and what was free (another process or a
+        // rank sharing the GPU may have taken it since the rank's load checked).
+        (void)cudaGetLastError();
+        int device = -1;
+        size_t free_bytes = 0, total_bytes = 0;
+        const bool known =
+            cudaGetDevice(&device) == cudaSuccess && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess;
+        throw core::Error(fmt::format("cannot allocate {} bytes of device memory on cuda:{}{}: out of memory", bytes,
+                                      device,
+                                      known ? fmt::format(" ({} of {} bytes free)", free_bytes, total_bytes) : ""));
+    }
+    AFD_CUDA_CHECK(cuda_malloc);
 }
 
 DeviceBuffer::~DeviceBuffer() {
