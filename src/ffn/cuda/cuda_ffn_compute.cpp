@@ -405,9 +405,11 @@ core::Status checkCudaFfnFits(const model::ModelConfig& config, const model::Wei
     }
     const uint64_t needed = cudaFfnDeviceBytes(config, selection, max_rows);
     size_t free_bytes = 0, total_bytes = 0;
+    std::string name;
     try {
         AFD_CUDA_CHECK(cudaSetDevice(gpu));
         AFD_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+        name = kernels::cuda::deviceInfo(gpu).name;
     } catch (const core::Error& e) {
         return core::internalError("reading cuda:{}'s free memory: {}", gpu, e.what());
     }
@@ -416,8 +418,8 @@ core::Status checkCudaFfnFits(const model::ModelConfig& config, const model::Wei
             "cuda:{} ({}) has {:.2f} GiB free of {:.2f} GiB, and this FFN rank needs {:.2f} GiB ({} experts of {} "
             "per MoE layer, calls of up to {} rows) plus {:.2f} GiB of headroom: use more FFN ranks "
             "(afd.num_ffn_ranks), fewer tokens per step (afd.max_num_tokens) or a GPU with more free memory",
-            gpu, kernels::cuda::deviceInfo(gpu).name, gib(free_bytes), gib(total_bytes), gib(needed),
-            selection.numExperts(), config.num_experts, max_rows, gib(kCudaFfnHeadroomBytes));
+            gpu, name, gib(free_bytes), gib(total_bytes), gib(needed), selection.numExperts(), config.num_experts,
+            max_rows, gib(kCudaFfnHeadroomBytes));
     }
     return core::Status::ok();
 }
