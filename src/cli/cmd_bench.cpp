@@ -36,8 +36,12 @@ struct BenchMoeFlags {
     bool combine_after_down = false;
 };
 
-void printTable(const kernels::cuda::MoeBenchResult& r) {
+void printTable(const kernels::cuda::MoeBenchResult& r, const kernels::cuda::MoeBenchOptions& o) {
     printBenchRates(r.device, r.copy_tbps, r.gemm_tflops, r.gemm_burst_tflops);
+    if (o.ffn_ranks > 1) {
+        fmt::print("FFN rank 0 of {}: experts [0, {}) of {}; the other ranks' entries are not served here\n",
+                   o.ffn_ranks, o.experts / o.ffn_ranks, o.experts);
+    }
     fmt::print("{:>6} {:>8} {:>14} {:>4} {:>10} {:>10} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}\n", "T", "routing", "tile",
                "exp", "median_us", "floor_us", "%floor", "TFLOP/s", "perm_us", "gateup_us", "down_us", "comb_us");
     for (const auto& row : r.rows) {
@@ -96,6 +100,17 @@ int runBenchMoe(BenchMoeFlags& flags) {
         !multipleOf(kCommand, "--inter", o.inter, 32) || !topKWithinExperts(kCommand, o.top_k, o.experts)) {
         return core::kExitBadConfig;
     }
+    if (o.experts % o.ffn_ranks != 0) {
+        AFD_LOG_ERROR("bench moe: --ffn-ranks {} must divide --experts {} (each FFN rank holds E / R experts)",
+                      o.ffn_ranks, o.experts);
+        return core::kExitBadConfig;
+    }
+    if (o.ffn_ranks > 1 && !o.dump_routing_dir.empty()) {
+        AFD_LOG_ERROR("bench moe: --dump-routing writes a whole layer's routing for the peers; it needs --ffn-ranks 1 "
+                      "(got {})",
+                      o.ffn_ranks);
+        return core::kExitBadConfig;
+    }
     flags.options.stages = !flags.no_stages;
     flags.options.fuse_small_routing = !flags.no_fuse_routing;
     flags.options.dynamic_schedule = !flags.static_schedule;
@@ -109,7 +124,7 @@ int runBenchMoe(BenchMoeFlags& flags) {
     flags.options.combine_by_part = !flags.combine_after_down;
     return runBenchBody("bench moe", [&] {
         const auto result = kernels::cuda::runMoeBench(flags.options);
-        printTable(result);
+        printTable(result, flags.options);
         return flags.csv.empty() || writeCsv(flags.csv, result);
     });
 }
@@ -182,6 +197,9 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
     moe->add_flag("--combine-after-down", flags->combine_after_down,
                   "the combine waits for the whole down kernel (by default, up to 64 routing entries per expert, the "
                   "down items go block of hidden rows by block and the combine sums each block once complete)");
+    moe->add_option("--ffn-ranks", flags->options.ffn_ranks,
+                    "time FFN rank 0 of this many, which holds experts [0, E / R) and serves only their entries")
+        ->check(CLI::Range(1, 1024));
     moe->add_option("--omit-stage", flags->options.omit_stage,
                     "diagnostic: time the layer without its permute or combine stage (what hiding it could gain)")
         ->check(CLI::IsMember({"permute", "combine"}));

@@ -54,6 +54,12 @@ TEST(BenchCli, MoeRefusesShapesAndCountsTheLayerDoesNotTake) {
     expectBadFlag({"moe", "--warmup-ms", "-1"}, "--warmup-ms");
     expectBadFlag({"router", "--warmup-ms", "-5"}, "--warmup-ms");
 }
+
+TEST(BenchCli, MoeRefusesFfnRanksThatDoNotSplitTheExperts) {
+    expectBadFlag({"moe", "--ffn-ranks", "3"}, "--ffn-ranks 3 must divide --experts 128");
+    expectBadFlag({"moe", "--ffn-ranks", "0"}, "--ffn-ranks");
+    expectBadFlag({"moe", "--ffn-ranks", "2", "--dump-routing", "/tmp"}, "--dump-routing");
+}
 #else
 // Without the CUDA backend each bench subcommand says so and exits 1.
 TEST(BenchCli, SubcommandsSayTheCudaBackendIsMissing) {

@@ -97,9 +97,9 @@ struct Layer {
     DeviceMemory w2;
     DeviceMemory x;
     DeviceMemory out;
-    Layer(const MoeBenchOptions& o, int64_t max_tokens, int index, cudaStream_t stream)
-        : w13(moePackedWeightBytes(o.experts, o.hidden, o.inter).w13),
-          w2(moePackedWeightBytes(o.experts, o.hidden, o.inter).w2),
+    Layer(const MoeBenchOptions& o, int64_t experts, int64_t max_tokens, int index, cudaStream_t stream)
+        : w13(moePackedWeightBytes(experts, o.hidden, o.inter).w13),
+          w2(moePackedWeightBytes(experts, o.hidden, o.inter).w2),
           x(static_cast<size_t>(max_tokens * o.hidden) * 2),
           out(static_cast<size_t>(max_tokens * o.hidden) * 2) {
         const uint64_t seed = o.seed * 1000 + static_cast<uint64_t>(index) * 10;
@@ -108,6 +108,23 @@ struct Layer {
         fillRandom(x.get(), x.bytes() / 2, seed + 3, 1.0f, stream);
     }
 };
+
+// What FFN rank 0 of o.ffn_ranks serves of `routing`: its experts [0, local_experts) keep their ids, the others
+// become -1; distinct counts the experts it touches. Returns the entries it serves.
+int64_t keepRankZero(HostRouting& routing, int64_t local_experts) {
+    std::set<int32_t> touched;
+    int64_t served = 0;
+    for (int32_t& id : routing.ids) {
+        if (id < local_experts) {
+            touched.insert(id);
+            ++served;
+        } else {
+            id = -1;
+        }
+    }
+    routing.distinct = static_cast<int64_t>(touched.size());
+    return served;
+}
 
 // The layer as the timed graphs run it: moeForwardCuda, or its stages without `omit` ("permute": its outputs are
 // those the untimed eager run left in the workspace for the same routing; "combine": out is not written), which
@@ -139,6 +156,11 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
     AFD_CHECK(o.layers >= 1 && o.reps >= 1, "bench moe: layers {} and reps {} must be >= 1", o.layers, o.reps);
     AFD_CHECK(o.omit_stage.empty() || o.omit_stage == "permute" || o.omit_stage == "combine",
               "bench moe: omit_stage must be permute or combine, got '{}'", o.omit_stage);
+    AFD_CHECK(o.ffn_ranks >= 1 && o.experts % o.ffn_ranks == 0,
+              "bench moe: ffn_ranks {} must be at least 1 and divide experts {}", o.ffn_ranks, o.experts);
+    AFD_CHECK(o.ffn_ranks == 1 || o.dump_routing_dir.empty(),
+              "bench moe: the peers time a whole layer, so dump_routing_dir needs ffn_ranks 1 (got {})", o.ffn_ranks);
+    const int64_t local_experts = o.experts / o.ffn_ranks;
     Stream stream;
     MoeBenchResult result = startBenchResult<MoeBenchRow>(stream.get(), o.warmup_ms);
     if constexpr (kDiagnosticBuild) {
@@ -156,20 +178,21 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
     const int64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
     std::vector<std::unique_ptr<Layer>> layers;
     for (int l = 0; l < o.layers; ++l) {
-        layers.push_back(std::make_unique<Layer>(o, max_tokens, l, stream.get()));
+        layers.push_back(std::make_unique<Layer>(o, local_experts, max_tokens, l, stream.get()));
     }
     DeviceMemory ids(static_cast<size_t>(max_tokens * o.top_k) * 4);
     DeviceMemory weights(static_cast<size_t>(max_tokens * o.top_k) * 4);
-    DeviceMemory workspace(moeCudaWorkspaceBytes(max_tokens, o.top_k, o.experts, o.hidden, o.inter));
+    DeviceMemory workspace(moeCudaWorkspaceBytes(max_tokens, o.top_k, local_experts, o.hidden, o.inter));
     AFD_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
 
     const double expert_bytes = 3.0 * static_cast<double>(o.hidden * o.inter) * 2.0;
     for (const int64_t tokens : o.tokens) {
         for (const std::string& kind : o.routings) {
-            const HostRouting routing = makeRouting(kind, tokens, o, o.seed + static_cast<uint64_t>(tokens));
+            HostRouting routing = makeRouting(kind, tokens, o, o.seed + static_cast<uint64_t>(tokens));
             if (!o.dump_routing_dir.empty()) {
                 dumpRouting(o.dump_routing_dir, kind, tokens, o, routing);
             }
+            const int64_t served = o.ffn_ranks > 1 ? keepRankZero(routing, local_experts) : tokens * o.top_k;
             AFD_CUDA_CHECK(cudaMemcpy(ids.get(), routing.ids.data(), routing.ids.size() * 4, cudaMemcpyHostToDevice));
             AFD_CUDA_CHECK(
                 cudaMemcpy(weights.get(), routing.weights.data(), routing.weights.size() * 4, cudaMemcpyHostToDevice));
@@ -178,7 +201,8 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                 p.num_tokens = tokens;
                 p.hidden = o.hidden;
                 p.inter = o.inter;
-                p.num_experts = o.experts;
+                p.num_experts = local_experts;
+                p.routed_experts = o.experts;
                 p.top_k = o.top_k;
                 p.act_dtype = ActDType::kBf16;
                 p.x = layers[static_cast<size_t>(l)]->x.get();
@@ -226,7 +250,7 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
                     row.tile += "-no-" + o.omit_stage;
                 }
                 row.distinct_experts = routing.distinct;
-                row.entries = tokens * o.top_k;
+                row.entries = served;
                 std::vector<std::unique_ptr<Graph>> graphs;
                 for (int l = 0; l < o.layers; ++l) {
                     moeForwardCuda(params(l), ws, ws_bytes, s, options);  // eager: module load, first launch

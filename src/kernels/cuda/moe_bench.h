@@ -46,7 +46,12 @@ struct MoeBenchOptions {
     // Diagnostic: "permute" or "combine" times the layer without that stage (the bound on what hiding it could gain;
     // the rows' tile gets "-no-<stage>"); empty: the whole layer.
     std::string omit_stage;
-    std::string dump_routing_dir;  // if set, writes routing_<name>_T<T>.bin for the peer scripts
+    std::string dump_routing_dir;  // if set, writes routing_<name>_T<T>.bin for the peer scripts (ffn_ranks 1 only)
+    // R > 1: time FFN rank 0 of R as an m2n pool runs it. The rank holds experts [0, E / R) (contiguous ranges, as
+    // the FFN ranks load them); the routing is drawn over all E experts, the entries of the other ranks' experts are
+    // -1 (not served here) and the kernels are told MoeParams::routed_experts = E. The floor counts the experts this
+    // rank touches and the FLOPs of the entries it serves.
+    int ffn_ranks = 1;
     uint64_t seed = 1;
 };
 
@@ -55,7 +60,7 @@ struct MoeBenchRow {
     std::string routing;
     std::string tile;
     int64_t distinct_experts = 0;
-    int64_t entries = 0;  // served routing entries (T * K here)
+    int64_t entries = 0;  // routing entries this rank serves (T * K with one FFN rank)
     double median_us = 0;
     double p10_us = 0;
     double p90_us = 0;
