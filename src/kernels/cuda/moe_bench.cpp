@@ -109,23 +109,6 @@ struct Layer {
     }
 };
 
-// What FFN rank 0 of o.ffn_ranks serves of `routing`: its experts [0, local_experts) keep their ids, the others
-// become -1; distinct counts the experts it touches. Returns the entries it serves.
-int64_t keepRankZero(HostRouting& routing, int64_t local_experts) {
-    std::set<int32_t> touched;
-    int64_t served = 0;
-    for (int32_t& id : routing.ids) {
-        if (id < local_experts) {
-            touched.insert(id);
-            ++served;
-        } else {
-            id = -1;
-        }
-    }
-    routing.distinct = static_cast<int64_t>(touched.size());
-    return served;
-}
-
 // The layer as the timed graphs run it: moeForwardCuda, or its stages without `omit` ("permute": its outputs are
 // those the untimed eager run left in the workspace for the same routing; "combine": out is not written), which
 // bounds what hiding that stage could gain.
@@ -146,6 +129,21 @@ void timedLayer(const MoeParams& params, void* ws, size_t ws_bytes, cudaStream_t
 }
 
 }  // namespace
+
+int64_t keepFirstRankEntries(std::vector<int32_t>& ids, int64_t local_experts, int64_t* distinct) {
+    std::set<int32_t> touched;
+    int64_t served = 0;
+    for (int32_t& id : ids) {
+        if (id >= 0 && id < local_experts) {
+            touched.insert(id);
+            ++served;
+        } else {
+            id = -1;
+        }
+    }
+    *distinct = static_cast<int64_t>(touched.size());
+    return served;
+}
 
 std::string routingFileName(const std::string& routing, int64_t tokens) {
     return fmt::format("routing_{}_T{}.bin", routing, tokens);
@@ -192,7 +190,8 @@ MoeBenchResult runMoeBench(const MoeBenchOptions& o) {
             if (!o.dump_routing_dir.empty()) {
                 dumpRouting(o.dump_routing_dir, kind, tokens, o, routing);
             }
-            const int64_t served = o.ffn_ranks > 1 ? keepRankZero(routing, local_experts) : tokens * o.top_k;
+            const int64_t served =
+                o.ffn_ranks > 1 ? keepFirstRankEntries(routing.ids, local_experts, &routing.distinct) : tokens * o.top_k;
             AFD_CUDA_CHECK(cudaMemcpy(ids.get(), routing.ids.data(), routing.ids.size() * 4, cudaMemcpyHostToDevice));
             AFD_CUDA_CHECK(
                 cudaMemcpy(weights.get(), routing.weights.data(), routing.weights.size() * 4, cudaMemcpyHostToDevice));

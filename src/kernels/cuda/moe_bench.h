@@ -81,6 +81,11 @@ using MoeBenchResult = BenchResult<MoeBenchRow>;
 
 MoeBenchResult runMoeBench(const MoeBenchOptions& options);
 
+// What FFN rank 0 of an m2n pool serves of a routing drawn over every expert (MoeBenchOptions::ffn_ranks): ids of
+// experts [0, local_experts) stay, every other id becomes -1 (not served here). Returns the entries it serves and sets
+// *distinct to the experts it touches.
+int64_t keepFirstRankEntries(std::vector<int32_t>& ids, int64_t local_experts, int64_t* distinct);
+
 // Routing file written for the peers: int64 T, K, E; int32 ids [T * K]; float32 weights [T * K].
 std::string routingFileName(const std::string& routing, int64_t tokens);
 
