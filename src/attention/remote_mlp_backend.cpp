@@ -61,17 +61,9 @@ core::Status RemoteMlpBackend::dispatchM2n(int64_t layer, int stage, const float
     router_ids_.resize(static_cast<size_t>(T * K));
     router_weights_.resize(static_cast<size_t>(T * K));
     if (T > 0) {
-        kernels::RouterParams r;
-        r.num_tokens = T;
-        r.hidden = H;
-        r.num_experts = config_.num_experts;
-        r.top_k = K;
-        r.norm_topk_prob = config_.norm_topk_prob;
-        r.x = x;
-        r.gate_w = weights_.mlp[static_cast<size_t>(layer)].router.data<core::Bf16>();
-        r.topk_ids = router_ids_.data();
-        r.topk_weights = router_weights_.data();
-        kernels::routerForwardCpu(r);
+        kernels::routerForwardCpu(kernels::routerParams(config_, T, kernels::ActDType::kF32, x,
+                                                        weights_.mlp[static_cast<size_t>(layer)].router.data<core::Bf16>(),
+                                                        router_ids_.data(), router_weights_.data()));
     }
     // Rows for each FFN peer: the tokens with at least one expert in its range.
     const size_t num_peers = peer_ranges_.size();

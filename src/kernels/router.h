@@ -9,6 +9,10 @@
 #include "core/bf16.h"
 #include "kernels/moe.h"
 
+namespace afd::model {
+struct ModelConfig;
+}
+
 namespace afd::kernels {
 
 struct RouterParams {
@@ -25,6 +29,11 @@ struct RouterParams {
     int32_t* topk_ids = nullptr;         // [T, K] global expert ids, in descending weight order
     float* topk_weights = nullptr;       // [T, K]
 };
+
+// The router of `config` (its expert count, top-k and norm_topk_prob) over `num_tokens` rows: the one place that
+// fills RouterParams from a model config. `logits` stays null (not returned).
+RouterParams routerParams(const model::ModelConfig& config, int64_t num_tokens, ActDType act_dtype, const void* x,
+                          const core::Bf16* gate_w, int32_t* topk_ids, float* topk_weights);
 
 void routerForwardCpu(const RouterParams& params);
 

@@ -234,17 +234,9 @@ void CudaFfnCompute::enqueue(int64_t layer, int64_t rows) {
     p.w2 = d.w2.as<core::Bf16>();
     p.out = out_dev_.get();
     if (d.route_here) {
-        kernels::RouterParams r;
-        r.num_tokens = rows;
-        r.hidden = config_.hidden_size;
-        r.num_experts = config_.num_experts;
-        r.top_k = config_.num_experts_per_tok;
-        r.norm_topk_prob = config_.norm_topk_prob;
-        r.act_dtype = kernels::ActDType::kBf16;
-        r.x = x_dev_.get();
-        r.gate_w = d.router.as<core::Bf16>();
-        r.topk_ids = ids_dev_.as<int32_t>();
-        r.topk_weights = weights_dev_.as<float>();
+        const kernels::RouterParams r =
+            kernels::routerParams(config_, rows, kernels::ActDType::kBf16, x_dev_.get(), d.router.as<core::Bf16>(),
+                                  ids_dev_.as<int32_t>(), weights_dev_.as<float>());
         kernels::routerForwardCuda(r, router_workspace_.get(), router_workspace_.bytes(), stream_->get());
     }
     kernels::moeForwardCuda(p, workspace_.get(), workspace_.bytes(), stream_->get());
@@ -274,17 +266,8 @@ core::Status CudaFfnCompute::run(int64_t layer, int64_t T, const float* x, const
             std::memcpy(ih, ids, static_cast<size_t>(T * K) * sizeof(int32_t));
             std::memcpy(wh, weights, static_cast<size_t>(T * K) * sizeof(float));
         } else if (d.is_moe) {  // p2p MoE routed on the host
-            kernels::RouterParams r;
-            r.num_tokens = T;
-            r.hidden = H;
-            r.num_experts = config_.num_experts;
-            r.top_k = K;
-            r.norm_topk_prob = config_.norm_topk_prob;
-            r.x = x;
-            r.gate_w = d.host_router.data();
-            r.topk_ids = ih;
-            r.topk_weights = wh;
-            kernels::routerForwardCpu(r);
+            kernels::routerForwardCpu(
+                kernels::routerParams(config_, T, kernels::ActDType::kF32, x, d.host_router.data(), ih, wh));
         } else {  // dense MLP layer: expert 0 with weight 1
             std::fill(ih, ih + T * K, 0);
             std::fill(wh, wh + T * K, 1.0f);

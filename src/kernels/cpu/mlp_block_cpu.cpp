@@ -28,17 +28,8 @@ void mlpBlockCpu(const model::ModelConfig& config, const model::MlpLayerWeights&
         const int64_t K = config.num_experts_per_tok;
         ids.resize(static_cast<size_t>(num_tokens * K));
         weights.resize(ids.size());
-        RouterParams router;
-        router.num_tokens = num_tokens;
-        router.hidden = H;
-        router.num_experts = config.num_experts;
-        router.top_k = K;
-        router.norm_topk_prob = config.norm_topk_prob;
-        router.x = x;
-        router.gate_w = w.router.data<core::Bf16>();
-        router.topk_ids = ids.data();
-        router.topk_weights = weights.data();
-        routerForwardCpu(router);
+        routerForwardCpu(routerParams(config, num_tokens, ActDType::kF32, x, w.router.data<core::Bf16>(), ids.data(),
+                                      weights.data()));
         moe.top_k = K;
     } else {
         AFD_CHECK(w.w13.rawData() != nullptr, "dense MLP layer without weights");

@@ -7,8 +7,25 @@
 #include "core/thread_pool.h"
 #include "kernels/linear.h"
 #include "kernels/router.h"
+#include "model/model_config.h"
 
 namespace afd::kernels {
+
+RouterParams routerParams(const model::ModelConfig& config, int64_t num_tokens, ActDType act_dtype, const void* x,
+                          const core::Bf16* gate_w, int32_t* topk_ids, float* topk_weights) {
+    RouterParams p;
+    p.num_tokens = num_tokens;
+    p.hidden = config.hidden_size;
+    p.num_experts = config.num_experts;
+    p.top_k = config.num_experts_per_tok;
+    p.norm_topk_prob = config.norm_topk_prob;
+    p.act_dtype = act_dtype;
+    p.x = x;
+    p.gate_w = gate_w;
+    p.topk_ids = topk_ids;
+    p.topk_weights = topk_weights;
+    return p;
+}
 
 void routerForwardCpu(const RouterParams& p) {
     AFD_CHECK(p.num_tokens >= 0 && p.hidden > 0 && p.num_experts > 0 && p.top_k > 0 && p.top_k <= p.num_experts,
