@@ -12,11 +12,14 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/json_fields.h"
 #include "core/mapped_file.h"
 
 namespace afd::model {
 namespace {
 
+using core::JsonNull;
+using core::JsonObjectReader;
 using core::Status;
 using nlohmann::json;
 
@@ -31,109 +34,38 @@ constexpr size_t kMaxConfigBytes = size_t{16} << 20;
 // while parsing, before anything walks them recursively: dump() for an error message recurses once per level.
 constexpr int kMaxJsonDepth = 64;
 
-// ---- typed access to JSON fields; `name` is the field's path in messages ("rope_parameters.rope_theta") ----
-
-// nullptr when `key` is absent, or null and `null_is_absent` (fields transformers types as Optional).
-const json* findField(const json& object, std::string_view key, bool null_is_absent = false) {
-    const auto it = object.find(std::string(key));
-    if (it == object.end() || (null_is_absent && it->is_null())) return nullptr;
-    return &*it;
-}
-
-Status typeError(std::string_view name, std::string_view expected, const json& value) {
-    if (value.is_number()) return core::invalidArgument("{} must be {}, got number {}", name, expected, value.dump());
-    return core::invalidArgument("{} must be {}, got {}", name, expected, value.type_name());
-}
-
-Status toInt(const json& value, std::string_view name, int64_t* out) {
-    if (value.is_number_unsigned()) {
-        const auto v = value.get<uint64_t>();
-        if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-            return core::invalidArgument("{} = {} does not fit a 64-bit signed integer", name, v);
-        }
-        *out = static_cast<int64_t>(v);
-        return Status::ok();
-    }
-    if (!value.is_number_integer()) return typeError(name, "an integer", value);
-    *out = value.get<int64_t>();
-    return Status::ok();
-}
-
-Status toDouble(const json& value, std::string_view name, double* out) {
-    if (!value.is_number()) return typeError(name, "a number", value);
-    *out = value.get<double>();
-    return Status::ok();
-}
-
-Status toBool(const json& value, std::string_view name, bool* out) {
-    if (!value.is_boolean()) return typeError(name, "a boolean", value);
-    *out = value.get<bool>();
-    return Status::ok();
-}
-
-Status toString(const json& value, std::string_view name, std::string* out) {
-    if (!value.is_string()) return typeError(name, "a string", value);
-    *out = value.get<std::string>();
-    return Status::ok();
-}
-
-Status toIntList(const json& value, std::string_view name, std::vector<int64_t>* out) {
-    if (!value.is_array()) return typeError(name, "a list of integers", value);
-    out->clear();
-    for (size_t i = 0; i < value.size(); ++i) {
-        int64_t v = 0;
-        AFD_RETURN_IF_ERROR(toInt(value[i], fmt::format("{}[{}]", name, i), &v));
-        out->push_back(v);
-    }
-    return Status::ok();
-}
-
-// Optional fields: `*out` keeps its value (the default) when the field is absent.
-template <typename T, typename Convert>
-Status readOptional(const json& object, std::string_view key, T* out, Convert convert, bool null_is_absent = false) {
-    const json* value = findField(object, key, null_is_absent);
-    return value == nullptr ? Status::ok() : convert(*value, key, out);
-}
-
-// A field with two spellings (hub form and transformers 5.x form). Both present with different values is an
-// error naming both; `*out` keeps the default when neither is present.
-template <typename T, typename Convert>
-Status readEither(const json& object, std::string_view key_a, std::string_view key_b, T* out, Convert convert,
-                  bool null_is_absent = false) {
-    const json* a = findField(object, key_a, null_is_absent);
-    const json* b = findField(object, key_b, null_is_absent);
+// A field with two spellings (hub form and transformers 5.x form), read by T's rule. Both present with different
+// values is an error naming both; `*out` keeps the default when neither is present.
+template <typename T>
+Status readEither(const JsonObjectReader& root, std::string_view key_a, std::string_view key_b, T* out,
+                  JsonNull null = JsonNull::kIsAValue) {
     T value_a = *out;
     T value_b = *out;
-    if (a != nullptr) AFD_RETURN_IF_ERROR(convert(*a, key_a, &value_a));
-    if (b != nullptr) AFD_RETURN_IF_ERROR(convert(*b, key_b, &value_b));
+    AFD_RETURN_IF_ERROR(root.read(key_a, &value_a, null));
+    AFD_RETURN_IF_ERROR(root.read(key_b, &value_b, null));
+    const json* a = root.find(key_a, null);
+    const json* b = root.find(key_b, null);
     if (a != nullptr && b != nullptr && value_a != value_b) {
         return core::invalidArgument("{} = {} and {} = {} disagree", key_a, a->dump(), key_b, b->dump());
     }
-    if (a != nullptr) *out = value_a;
-    if (b != nullptr) *out = value_b;
+    *out = b != nullptr ? value_b : value_a;
     return Status::ok();
 }
 
 // ---- the parts of config.json this engine checks or reads ----
 
-Status readIdentity(const json& root) {
-    if (const json* archs = findField(root, "architectures", true)) {
-        std::vector<std::string> names;
-        if (!archs->is_array()) return typeError("architectures", "a list of strings", *archs);
-        for (size_t i = 0; i < archs->size(); ++i) {
-            std::string name;
-            AFD_RETURN_IF_ERROR(toString((*archs)[i], fmt::format("architectures[{}]", i), &name));
-            names.push_back(std::move(name));
-        }
+Status readIdentity(const JsonObjectReader& root) {
+    if (const json* archs = root.find("architectures", JsonNull::kMeansAbsent)) {
+        AFD_ASSIGN_OR_RETURN(const std::vector<std::string> names,
+                             core::jsonAs<std::vector<std::string>>(*archs, "architectures"));
         if (std::find(names.begin(), names.end(), kArchitecture) == names.end()) {
             return core::unsupported("architectures {} does not contain \"{}\", the only architecture computed here",
                                      archs->dump(), kArchitecture);
         }
     }
-    const json* model_type = findField(root, "model_type");
+    const json* model_type = root.find("model_type");
     if (model_type == nullptr) return core::invalidArgument("model_type is missing (expected \"{}\")", kModelType);
-    std::string type;
-    AFD_RETURN_IF_ERROR(toString(*model_type, "model_type", &type));
+    AFD_ASSIGN_OR_RETURN(const std::string type, core::jsonAs<std::string>(*model_type, "model_type"));
     if (type != kModelType) {
         return core::unsupported("model_type \"{}\" is not \"{}\", the only model type computed here", type,
                                  kModelType);
@@ -142,32 +74,32 @@ Status readIdentity(const json& root) {
 }
 
 // Plain RoPE only: rope_scaling null, rope_parameters {rope_theta, rope_type "default"}, no partial rotary.
-Status readRope(const json& root, double* rope_theta) {
-    if (const json* scaling = findField(root, "rope_scaling", true)) {
+Status readRope(const JsonObjectReader& root, double* rope_theta) {
+    if (const json* scaling = root.find("rope_scaling", JsonNull::kMeansAbsent)) {
         return core::unsupported("rope_scaling must be null (RoPE scaling is not computed), got {}", scaling->dump());
     }
     double top_theta = *rope_theta;
-    const json* top = findField(root, "rope_theta");
-    if (top != nullptr) AFD_RETURN_IF_ERROR(toDouble(*top, "rope_theta", &top_theta));
+    const json* top = root.find("rope_theta");
+    AFD_RETURN_IF_ERROR(root.read("rope_theta", &top_theta));
 
     double nested_theta = *rope_theta;
     const json* nested = nullptr;
-    if (const json* params = findField(root, "rope_parameters", true)) {
-        if (!params->is_object()) return typeError("rope_parameters", "an object", *params);
-        for (const auto& [key, value] : params->items()) {
-            const std::string name = "rope_parameters." + key;
+    if (const json* value = root.find("rope_parameters", JsonNull::kMeansAbsent)) {
+        AFD_ASSIGN_OR_RETURN(const JsonObjectReader params, JsonObjectReader::of(*value, "rope_parameters"));
+        for (const auto& [key, item] : params.object().items()) {
             if (key == "rope_theta") {
-                nested = &value;
-                AFD_RETURN_IF_ERROR(toDouble(value, name, &nested_theta));
+                nested = &item;
+                AFD_RETURN_IF_ERROR(params.read(key, &nested_theta));
             } else if (key == "rope_type" || key == "type") {
                 std::string type;
-                AFD_RETURN_IF_ERROR(toString(value, name, &type));
+                AFD_RETURN_IF_ERROR(params.read(key, &type));
                 if (type != "default") {
-                    return core::unsupported("{} \"{}\" is not supported (only \"default\" RoPE is computed)", name,
-                                             type);
+                    return core::unsupported("{} \"{}\" is not supported (only \"default\" RoPE is computed)",
+                                             params.name(key), type);
                 }
             } else {
-                return core::unsupported("{} is not supported (only rope_theta and rope_type \"default\" are)", name);
+                return core::unsupported("{} is not supported (only rope_theta and rope_type \"default\" are)",
+                                         params.name(key));
             }
         }
     }
@@ -178,62 +110,61 @@ Status readRope(const json& root, double* rope_theta) {
     *rope_theta = nested != nullptr ? nested_theta : top_theta;
 
     double partial = 1.0;
-    AFD_RETURN_IF_ERROR(readOptional(root, "partial_rotary_factor", &partial, toDouble, true));
+    AFD_RETURN_IF_ERROR(root.read("partial_rotary_factor", &partial, JsonNull::kMeansAbsent));
     if (partial != 1.0) return core::unsupported("partial_rotary_factor {} is not supported (only 1.0 is)", partial);
     return Status::ok();
 }
 
 // Features outside plain Qwen3-MoE: sliding window, other activations, dtypes, quantisation, layer types.
-Status readFeatures(const json& root, core::DType* dtype) {
+Status readFeatures(const JsonObjectReader& root, core::DType* dtype) {
     bool sliding = false;
-    AFD_RETURN_IF_ERROR(readOptional(root, "use_sliding_window", &sliding, toBool));
+    AFD_RETURN_IF_ERROR(root.read("use_sliding_window", &sliding));
     if (sliding) return core::unsupported("use_sliding_window true is not supported (sliding-window attention)");
 
     std::string act = "silu";
-    AFD_RETURN_IF_ERROR(readOptional(root, "hidden_act", &act, toString));
+    AFD_RETURN_IF_ERROR(root.read("hidden_act", &act));
     if (act != "silu") return core::unsupported("hidden_act \"{}\" is not supported (only \"silu\" is)", act);
 
     std::string weight_dtype(kWeightDType);
-    AFD_RETURN_IF_ERROR(readEither(root, "torch_dtype", "dtype", &weight_dtype, toString, true));
+    AFD_RETURN_IF_ERROR(readEither(root, "torch_dtype", "dtype", &weight_dtype, JsonNull::kMeansAbsent));
     if (weight_dtype != kWeightDType) {
-        const char* key = findField(root, "torch_dtype", true) != nullptr ? "torch_dtype" : "dtype";
+        const char* key = root.find("torch_dtype", JsonNull::kMeansAbsent) != nullptr ? "torch_dtype" : "dtype";
         return core::unsupported("{} \"{}\" is not supported (weights must be \"{}\")", key, weight_dtype,
                                  kWeightDType);
     }
     *dtype = core::DType::kBf16;
 
-    if (const json* quant = findField(root, "quantization_config", true)) {
+    if (const json* quant = root.find("quantization_config", JsonNull::kMeansAbsent)) {
         return core::unsupported("quantization_config is not supported (unquantised bfloat16 weights only), got {}",
                                  quant->dump());
     }
-    if (const json* types = findField(root, "layer_types", true)) {
-        if (!types->is_array()) return typeError("layer_types", "a list of strings", *types);
-        for (size_t i = 0; i < types->size(); ++i) {
-            const std::string name = fmt::format("layer_types[{}]", i);
-            std::string type;
-            AFD_RETURN_IF_ERROR(toString((*types)[i], name, &type));
-            if (type != "full_attention") {
-                return core::unsupported("{} \"{}\" is not supported (only \"full_attention\" is)", name, type);
-            }
+    std::vector<std::string> types;
+    AFD_RETURN_IF_ERROR(root.read("layer_types", &types, JsonNull::kMeansAbsent));
+    for (size_t i = 0; i < types.size(); ++i) {
+        if (types[i] != "full_attention") {
+            return core::unsupported("layer_types[{}] \"{}\" is not supported (only \"full_attention\" is)", i,
+                                     types[i]);
         }
     }
     return Status::ok();
 }
 
-Status readTokenIds(const json& root, ModelConfig* c) {
+// eos_token_id is one id or a list of ids (transformers writes an int for one); bos_token_id one id or null.
+Status readTokenIds(const JsonObjectReader& root, ModelConfig* c) {
     c->eos_token_ids.clear();
-    if (const json* eos = findField(root, "eos_token_id", true)) {
+    if (const json* eos = root.find("eos_token_id", JsonNull::kMeansAbsent)) {
         if (eos->is_array()) {
-            AFD_RETURN_IF_ERROR(toIntList(*eos, "eos_token_id", &c->eos_token_ids));
+            AFD_ASSIGN_OR_RETURN(c->eos_token_ids, core::jsonAs<std::vector<int64_t>>(*eos, "eos_token_id"));
         } else {
-            int64_t id = 0;
-            if (!eos->is_number_integer()) return typeError("eos_token_id", "an integer or a list of integers", *eos);
-            AFD_RETURN_IF_ERROR(toInt(*eos, "eos_token_id", &id));
+            if (!eos->is_number_integer()) {
+                return core::jsonTypeError(*eos, "eos_token_id", "an integer or a list of integers");
+            }
+            AFD_ASSIGN_OR_RETURN(const int64_t id, core::jsonAs<int64_t>(*eos, "eos_token_id"));
             c->eos_token_ids.push_back(id);
         }
     }
     c->bos_token_id = -1;
-    return readOptional(root, "bos_token_id", &c->bos_token_id, toInt, true);
+    return root.read("bos_token_id", &c->bos_token_id, JsonNull::kMeansAbsent);
 }
 
 // Everything but validate(); defaults are transformers' Qwen3MoeConfig ones (see the header).
@@ -245,14 +176,17 @@ core::Result<ModelConfig> parseConfig(std::string_view text) {
         too_deep = true;
         return false;  // the subtree is not kept
     };
-    json root;
+    json document;
     try {
-        root = json::parse(text.begin(), text.end(), callback);
+        document = json::parse(text.begin(), text.end(), callback);
     } catch (const json::exception& e) {  // parse_error; out_of_range for a number beyond double's range
         return core::corrupt("not valid JSON: {}", e.what());
     }
     if (too_deep) return core::corrupt("objects and arrays are nested more than {} levels deep", kMaxJsonDepth);
-    if (!root.is_object()) return core::corrupt("the top level must be a JSON object, got {}", root.type_name());
+    if (!document.is_object()) {
+        return core::corrupt("the top level must be a JSON object, got {}", document.type_name());
+    }
+    const JsonObjectReader root(document, "");
 
     ModelConfig c;
     AFD_RETURN_IF_ERROR(readIdentity(root));
@@ -287,22 +221,22 @@ core::Result<ModelConfig> parseConfig(std::string_view text) {
         {"decoder_sparse_step", &c.decoder_sparse_step},
         {"max_position_embeddings", &c.max_position_embeddings},
     };
-    for (const auto& [key, out] : ints) AFD_RETURN_IF_ERROR(readOptional(root, key, out, toInt));
-    AFD_RETURN_IF_ERROR(readEither(root, "num_experts", "num_local_experts", &c.num_experts, toInt));
+    for (const auto& [key, out] : ints) AFD_RETURN_IF_ERROR(root.read(key, out));
+    AFD_RETURN_IF_ERROR(readEither(root, "num_experts", "num_local_experts", &c.num_experts));
 
     // transformers' attention takes hidden_size / num_attention_heads (floor) when head_dim is absent.
     c.head_dim = c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
-    AFD_RETURN_IF_ERROR(readOptional(root, "head_dim", &c.head_dim, toInt, true));
+    AFD_RETURN_IF_ERROR(root.read("head_dim", &c.head_dim, JsonNull::kMeansAbsent));
 
     const std::pair<const char*, bool*> bools[] = {
         {"norm_topk_prob", &c.norm_topk_prob},
         {"tie_word_embeddings", &c.tie_word_embeddings},
         {"attention_bias", &c.attention_bias},
     };
-    for (const auto& [key, out] : bools) AFD_RETURN_IF_ERROR(readOptional(root, key, out, toBool));
-    AFD_RETURN_IF_ERROR(readOptional(root, "rms_norm_eps", &c.rms_norm_eps, toDouble));
+    for (const auto& [key, out] : bools) AFD_RETURN_IF_ERROR(root.read(key, out));
+    AFD_RETURN_IF_ERROR(root.read("rms_norm_eps", &c.rms_norm_eps));
     c.mlp_only_layers.clear();
-    AFD_RETURN_IF_ERROR(readOptional(root, "mlp_only_layers", &c.mlp_only_layers, toIntList, true));
+    AFD_RETURN_IF_ERROR(root.read("mlp_only_layers", &c.mlp_only_layers, JsonNull::kMeansAbsent));
     AFD_RETURN_IF_ERROR(readTokenIds(root, &c));
     return c;
 }
@@ -412,13 +346,8 @@ Status ModelConfig::validate() const {
         {"num_experts_per_tok", num_experts_per_tok},
         {"max_position_embeddings", max_position_embeddings},
     };
-    for (const auto& [name, value] : sizes) {
-        if (value <= 0) return core::invalidArgument("{} must be positive, got {}", name, value);
-        if (value > kMaxSize) return core::invalidArgument("{} must be at most {}, got {}", name, kMaxSize, value);
-    }
-    if (decoder_sparse_step < 1 || decoder_sparse_step > kMaxSize) {
-        return core::invalidArgument("decoder_sparse_step must be in [1, {}], got {}", kMaxSize, decoder_sparse_step);
-    }
+    for (const auto& [name, value] : sizes) AFD_RETURN_IF_ERROR(core::checkInRange(name, value, 1, kMaxSize));
+    AFD_RETURN_IF_ERROR(core::checkInRange("decoder_sparse_step", decoder_sparse_step, 1, kMaxSize));
     if (num_attention_heads % num_key_value_heads != 0) {
         return core::invalidArgument("num_attention_heads ({}) must be divisible by num_key_value_heads ({})",
                                      num_attention_heads, num_key_value_heads);

@@ -1,15 +1,15 @@
 #include "transport/afd_config.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <array>
-#include <cctype>
-#include <charconv>
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
 
 #include "core/check.h"
+#include "core/json_fields.h"
 #include "core/mapped_file.h"
 
 namespace afd::transport {
@@ -18,9 +18,9 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr size_t kMaxConfigFileBytes = size_t{1} << 20;
-constexpr size_t kMaxShownValueChars = 64;
 // Objects and arrays nest at most this deep (an AFD config nests three levels). Deeper documents are refused
-// right after parsing, before anything walks them recursively: shown() dumps a value, recursing once per level.
+// right after parsing, before anything walks them recursively: an error message dumps a value, recursing once per
+// level.
 constexpr int kMaxJsonDepth = 64;
 
 // A canonical key and its legacy alias (empty when it has none).
@@ -44,22 +44,6 @@ constexpr std::array<KeySpec, 11> kKeys = {{
 }};
 
 constexpr std::string_view kTcpExtraKeys = "bind_host, advertise_host";
-
-// JSON text of a value for an error message, cut to a readable length.
-std::string shown(const Json& value) {
-    std::string text = value.dump();
-    if (text.size() > kMaxShownValueChars) text = text.substr(0, kMaxShownValueChars) + "...";
-    return text;
-}
-
-std::string trimLower(std::string_view text) {
-    const auto is_space = [](unsigned char c) { return std::isspace(c) != 0; };
-    while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
-    while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
-    std::string out(text);
-    std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
-    return out;
-}
 
 // Parses JSON text; a key repeated inside one object is an error (the parser would keep the last silently).
 core::Result<Json> parseJsonText(std::string_view text, std::string_view source) {
@@ -96,71 +80,8 @@ core::Result<Json> parseJsonText(std::string_view text, std::string_view source)
     return json;
 }
 
-core::Result<int64_t> coerceInt(const Json& value, std::string_view source, std::string_view key) {
-    if (value.is_number_unsigned()) {
-        const uint64_t v = value.get<uint64_t>();
-        if (v > static_cast<uint64_t>(INT64_MAX)) {
-            return core::invalidArgument("{}: afd.{} must be an integer in the 64-bit range, got {}", source, key, v);
-        }
-        return static_cast<int64_t>(v);
-    }
-    if (value.is_number_integer()) return value.get<int64_t>();
-    if (value.is_string()) {
-        const std::string text = trimLower(value.get_ref<const std::string&>());
-        std::string_view digits = text;
-        // One sign at most: "+5" and "-5" are integers, "+-5" is not.
-        if (digits.size() > 1 && digits.front() == '+' && digits[1] != '-') digits.remove_prefix(1);
-        int64_t parsed = 0;
-        const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), parsed);
-        if (!digits.empty() && ec == std::errc() && ptr == digits.data() + digits.size()) return parsed;
-    }
-    return core::invalidArgument("{}: afd.{} must be an integer (a JSON integer or an integer string), got {}", source,
-                                 key, shown(value));
-}
-
-core::Result<bool> coerceBool(const Json& value, std::string_view source, std::string_view key) {
-    if (value.is_boolean()) return value.get<bool>();
-    if (value.is_number_unsigned()) {
-        const uint64_t v = value.get<uint64_t>();
-        if (v <= 1) return v == 1;
-    } else if (value.is_number_integer()) {
-        const int64_t v = value.get<int64_t>();
-        if (v == 0 || v == 1) return v == 1;
-    } else if (value.is_string()) {
-        const std::string text = trimLower(value.get_ref<const std::string&>());
-        if (text == "1" || text == "true" || text == "yes" || text == "on") return true;
-        if (text == "0" || text == "false" || text == "no" || text == "off") return false;
-    }
-    return core::invalidArgument(
-        "{}: afd.{} must be a boolean (true/false, 0/1, or one of the strings 1/true/yes/on/0/false/no/off), got {}",
-        source, key, shown(value));
-}
-
-core::Result<std::string> requireString(const Json& value, std::string_view source, std::string_view key) {
-    if (!value.is_string())
-        return core::invalidArgument("{}: afd.{} must be a string, got {}", source, key, shown(value));
-    return value.get<std::string>();
-}
-
-// Range rules shared by parsing (before narrowing to int) and validate().
-core::Status checkCount(std::string_view key, int64_t value) {
-    if (value <= 0) return core::invalidArgument("afd.{} must be > 0, got {}", key, value);
-    if (value > Topology::kMaxRanks) {
-        return core::invalidArgument("afd.{} must be <= {}, got {}", key, Topology::kMaxRanks, value);
-    }
-    return core::Status::ok();
-}
-
-core::Status checkPort(std::string_view key, int64_t value) {
-    if (value <= 0 || value >= 65536)
-        return core::invalidArgument("afd.{} must satisfy 0 < port < 65536, got {}", key, value);
-    return core::Status::ok();
-}
-
-core::Status checkBounded(std::string_view key, int64_t value, int64_t max) {
-    if (value <= 0 || value > max) return core::invalidArgument("afd.{} must be in [1, {}], got {}", key, max, value);
-    return core::Status::ok();
-}
+constexpr int64_t kMinPort = 1;
+constexpr int64_t kMaxPort = 65535;
 
 core::Status checkExtra(const AfdConfig& config) {
     const auto& extra = config.connector_extra_config;
@@ -183,12 +104,10 @@ core::Status checkExtra(const AfdConfig& config) {
     return core::Status::ok();
 }
 
-// Parses connector_extra_config for `connector`: unknown keys are rejected naming the connector and the key.
-core::Result<ConnectorExtraConfig> parseExtra(const Json& value, ConnectorKind connector, std::string_view source,
-                                              std::string_view key) {
-    if (!value.is_object()) {
-        return core::invalidArgument("{}: afd.{} must be an object, got {}", source, key, shown(value));
-    }
+// Parses connector_extra_config (named `path` in messages) for `connector`: unknown keys are rejected naming the
+// connector and the key.
+core::Result<ConnectorExtraConfig> parseExtra(const Json& value, ConnectorKind connector, std::string path) {
+    AFD_ASSIGN_OR_RETURN(const core::JsonObjectReader extra_object, core::JsonObjectReader::of(value, std::move(path)));
     ConnectorExtraConfig extra;
     for (const auto& [name, item] : value.items()) {
         std::optional<std::string>* field = nullptr;
@@ -196,22 +115,21 @@ core::Result<ConnectorExtraConfig> parseExtra(const Json& value, ConnectorKind c
         if (connector == ConnectorKind::kTcp && name == "advertise_host") field = &extra.advertise_host;
         if (field == nullptr) {
             if (connector == ConnectorKind::kTcp) {
-                return core::invalidArgument("{}: unknown afd.{} key '{}' for connector 'tcp' (it accepts: {})", source,
-                                             key, name, kTcpExtraKeys);
+                return core::invalidArgument("unknown {} key '{}' for connector 'tcp' (it accepts: {})",
+                                             extra_object.path(), name, kTcpExtraKeys);
             }
-            return core::invalidArgument("{}: afd.{} key '{}' is not accepted by connector '{}' (it accepts no keys)",
-                                         source, key, name, connectorName(connector));
+            return core::invalidArgument("{} key '{}' is not accepted by connector '{}' (it accepts no keys)",
+                                         extra_object.path(), name, connectorName(connector));
         }
-        if (!item.is_string()) {
-            return core::invalidArgument("{}: afd.{}.{} must be a string, got {}", source, key, name, shown(item));
-        }
-        *field = item.get<std::string>();
+        AFD_ASSIGN_OR_RETURN(*field, core::jsonAs<std::string>(item, extra_object.name(name)));
     }
     return extra;
 }
 
-// Parses the afd object (already a JSON object) into a config, without validate().
-core::Result<AfdConfig> parseAfdObject(const Json& object, std::optional<Role> expected_role, std::string_view source) {
+// Parses the afd object (already a JSON object) into a config, without validate(). Messages name no source; a key
+// is named as written ("afd.afd_port" for the alias).
+core::Result<AfdConfig> parseAfdObject(const Json& object, std::optional<Role> expected_role) {
+    const core::JsonObjectReader afd(object, "afd");
     // Resolve every key to its canonical name first: unknown keys and alias clashes are reported before values.
     std::vector<std::pair<const KeySpec*, std::string>> present;  // spec, key as written
     for (auto it = object.begin(); it != object.end(); ++it) {
@@ -222,12 +140,11 @@ core::Result<AfdConfig> parseAfdObject(const Json& object, std::optional<Role> e
         });
         if (spec == kKeys.end()) {
             return core::invalidArgument(
-                "{}: unknown AFD config field '{}'; put connector-specific values under 'connector_extra_config'",
-                source, name);
+                "unknown AFD config field '{}'; put connector-specific values under 'connector_extra_config'", name);
         }
         if (spec->alias == name && object.contains(std::string(spec->canonical))) {
             return core::invalidArgument(
-                "{}: duplicate AFD config field for '{}': both alias '{}' and canonical key '{}' were provided", source,
+                "duplicate AFD config field for '{}': both alias '{}' and canonical key '{}' were provided",
                 spec->canonical, spec->alias, spec->canonical);
         }
         present.emplace_back(&*spec, name);
@@ -239,43 +156,39 @@ core::Result<AfdConfig> parseAfdObject(const Json& object, std::optional<Role> e
     std::string extra_key;
     for (const auto& [spec, key] : present) {
         const Json& value = object.at(key);
-        const std::string_view name = spec->canonical;
-        if (name == "role") {
-            AFD_ASSIGN_OR_RETURN(std::string text, requireString(value, source, key));
+        const std::string_view canonical = spec->canonical;
+        const std::string name = afd.name(key);
+        if (canonical == "role") {
+            AFD_ASSIGN_OR_RETURN(const std::string text, core::jsonAs<std::string>(value, name));
             const auto role = parseRole(text);
-            if (!role)
-                return core::invalidArgument("{}: afd.{} must be 'attention' or 'ffn', got '{}'", source, key, text);
+            if (!role) return core::invalidArgument("{} must be 'attention' or 'ffn', got '{}'", name, text);
             config.role = *role;
             role_given = true;
-        } else if (name == "connector") {
-            AFD_ASSIGN_OR_RETURN(std::string text, requireString(value, source, key));
+        } else if (canonical == "connector") {
+            AFD_ASSIGN_OR_RETURN(const std::string text, core::jsonAs<std::string>(value, name));
             const auto connector = parseConnector(text);
-            if (!connector) {
-                return core::invalidArgument("{}: afd.{} must be one of tcp, cuda_ipc, nccl, got '{}'", source, key,
-                                             text);
-            }
+            if (!connector) return core::invalidArgument("{} must be one of tcp, cuda_ipc, nccl, got '{}'", name, text);
             config.connector = *connector;
-        } else if (name == "host") {
-            AFD_ASSIGN_OR_RETURN(config.host, requireString(value, source, key));
-        } else if (name == "port") {
-            AFD_ASSIGN_OR_RETURN(int64_t port, coerceInt(value, source, key));
-            AFD_RETURN_IF_ERROR(checkPort(key, port).withContext(source));
+        } else if (canonical == "host") {
+            AFD_ASSIGN_OR_RETURN(config.host, core::jsonAs<std::string>(value, name));
+        } else if (canonical == "port") {
+            // The ranges are checked before narrowing to int.
+            AFD_ASSIGN_OR_RETURN(const int64_t port, core::jsonIntIn(value, name, kMinPort, kMaxPort));
             config.port = static_cast<int>(port);
-        } else if (name == "num_attention_ranks" || name == "num_ffn_ranks") {
-            AFD_ASSIGN_OR_RETURN(int64_t count, coerceInt(value, source, key));
-            AFD_RETURN_IF_ERROR(checkCount(key, count).withContext(source));
-            (name == "num_attention_ranks" ? config.num_attention_ranks : config.num_ffn_ranks) =
+        } else if (canonical == "num_attention_ranks" || canonical == "num_ffn_ranks") {
+            AFD_ASSIGN_OR_RETURN(const int64_t count, core::jsonIntIn(value, name, 1, Topology::kMaxRanks));
+            (canonical == "num_attention_ranks" ? config.num_attention_ranks : config.num_ffn_ranks) =
                 static_cast<int>(count);
-        } else if (name == "compute_gate_on_attention") {
-            AFD_ASSIGN_OR_RETURN(config.compute_gate_on_attention, coerceBool(value, source, key));
-        } else if (name == "max_num_tokens") {
-            AFD_ASSIGN_OR_RETURN(config.max_num_tokens, coerceInt(value, source, key));
-        } else if (name == "connect_timeout_s") {
-            AFD_ASSIGN_OR_RETURN(config.connect_timeout_s, coerceInt(value, source, key));
-        } else if (name == "step_timeout_s") {
-            AFD_ASSIGN_OR_RETURN(config.step_timeout_s, coerceInt(value, source, key));
+        } else if (canonical == "compute_gate_on_attention") {
+            AFD_ASSIGN_OR_RETURN(config.compute_gate_on_attention, core::jsonAs<bool>(value, name));
+        } else if (canonical == "max_num_tokens") {
+            AFD_ASSIGN_OR_RETURN(config.max_num_tokens, core::jsonAs<int64_t>(value, name));
+        } else if (canonical == "connect_timeout_s") {
+            AFD_ASSIGN_OR_RETURN(config.connect_timeout_s, core::jsonAs<int64_t>(value, name));
+        } else if (canonical == "step_timeout_s") {
+            AFD_ASSIGN_OR_RETURN(config.step_timeout_s, core::jsonAs<int64_t>(value, name));
         } else {
-            AFD_CHECK(name == "connector_extra_config", "AFD config key '{}' has no parser", name);
+            AFD_CHECK(canonical == "connector_extra_config", "AFD config key '{}' has no parser", canonical);
             extra_value = &value;
             extra_key = key;
         }
@@ -283,7 +196,7 @@ core::Result<AfdConfig> parseAfdObject(const Json& object, std::optional<Role> e
     // The extra config is checked against the connector, which may come later in key order.
     if (extra_value != nullptr) {
         AFD_ASSIGN_OR_RETURN(config.connector_extra_config,
-                             parseExtra(*extra_value, config.connector, source, extra_key));
+                             parseExtra(*extra_value, config.connector, afd.name(extra_key)));
     }
     if (!role_given && expected_role) config.role = *expected_role;
     return config;
@@ -291,18 +204,19 @@ core::Result<AfdConfig> parseAfdObject(const Json& object, std::optional<Role> e
 
 core::Result<AfdConfig> parseAndValidate(const Json& object, std::optional<Role> expected_role,
                                          std::string_view source) {
-    if (!object.is_object()) {
-        return core::invalidArgument("{}: the afd value must be a JSON object, got {}", source, shown(object));
-    }
-    AFD_ASSIGN_OR_RETURN(AfdConfig config, parseAfdObject(object, expected_role, source));
-    AFD_RETURN_IF_ERROR(config.validate(expected_role).withContext(source));
+    if (!object.is_object()) return core::jsonTypeError(object, "the afd value", "a JSON object").withContext(source);
+    core::Result<AfdConfig> config = parseAfdObject(object, expected_role);
+    if (!config.isOk()) return config.status().withContext(source);
+    AFD_RETURN_IF_ERROR(config->validate(expected_role).withContext(source));
     return config;
 }
 
 // The {"afd": {...}} wrapper: an object whose only accepted key is "afd". std::nullopt when "afd" is absent.
 core::Result<std::optional<AfdConfig>> parseWrapper(const Json& root, std::optional<Role> expected_role,
                                                     std::string_view source) {
-    if (!root.is_object()) return core::invalidArgument("{}: must be a JSON object, got {}", source, shown(root));
+    if (!root.is_object()) {
+        return core::invalidArgument("{}: must be a JSON object, got {}", source, core::jsonShown(root));
+    }
     for (const auto& [name, item] : root.items()) {
         if (name != "afd")
             return core::invalidArgument("{}: unknown key '{}'; the only accepted key is 'afd'", source, name);
@@ -340,15 +254,15 @@ core::Status AfdConfig::validate(std::optional<Role> expected_role) const {
                                      roleName(*expected_role));
     }
     // Positivity before the topology rule, so that a zero count is reported as such.
-    AFD_RETURN_IF_ERROR(checkCount("num_attention_ranks", num_attention_ranks));
-    AFD_RETURN_IF_ERROR(checkCount("num_ffn_ranks", num_ffn_ranks));
+    AFD_RETURN_IF_ERROR(core::checkInRange("afd.num_attention_ranks", num_attention_ranks, 1, Topology::kMaxRanks));
+    AFD_RETURN_IF_ERROR(core::checkInRange("afd.num_ffn_ranks", num_ffn_ranks, 1, Topology::kMaxRanks));
     const auto topology = Topology::create(num_attention_ranks, num_ffn_ranks, mode());
     if (!topology.isOk()) return topology.status();
     if (host.empty()) return core::invalidArgument("afd.host must be a non-empty string");
-    AFD_RETURN_IF_ERROR(checkPort("port", port));
-    AFD_RETURN_IF_ERROR(checkBounded("max_num_tokens", max_num_tokens, kMaxNumTokens));
-    AFD_RETURN_IF_ERROR(checkBounded("connect_timeout_s", connect_timeout_s, kMaxTimeoutS));
-    AFD_RETURN_IF_ERROR(checkBounded("step_timeout_s", step_timeout_s, kMaxTimeoutS));
+    AFD_RETURN_IF_ERROR(core::checkInRange("afd.port", port, kMinPort, kMaxPort));
+    AFD_RETURN_IF_ERROR(core::checkInRange("afd.max_num_tokens", max_num_tokens, 1, kMaxNumTokens));
+    AFD_RETURN_IF_ERROR(core::checkInRange("afd.connect_timeout_s", connect_timeout_s, 1, kMaxTimeoutS));
+    AFD_RETURN_IF_ERROR(core::checkInRange("afd.step_timeout_s", step_timeout_s, 1, kMaxTimeoutS));
     return checkExtra(*this);
 }
 
@@ -404,7 +318,9 @@ core::Result<AfdConfig> loadAfdConfigFile(const std::string& path, std::optional
     }
     const std::string_view text(reinterpret_cast<const char*>(mapped.data()), mapped.size());
     AFD_ASSIGN_OR_RETURN(Json root, parseJsonText(text, source));
-    if (!root.is_object()) return core::invalidArgument("{}: must hold a JSON object, got {}", source, shown(root));
+    if (!root.is_object()) {
+        return core::invalidArgument("{}: must hold a JSON object, got {}", source, core::jsonShown(root));
+    }
     if (!root.contains("afd")) return parseAndValidate(root, expected_role, source);
     AFD_ASSIGN_OR_RETURN(std::optional<AfdConfig> config, parseWrapper(root, expected_role, source));
     AFD_CHECK(config.has_value(), "{}: the afd key vanished", source);

@@ -16,9 +16,9 @@
 //   step_timeout_s               bound on any wait inside a step                               default 60
 //   connector_extra_config       object, checked against the connector: tcp takes `bind_host` and
 //                                `advertise_host` (non-empty strings); cuda_ipc and nccl take no keys yet
-// Coercion: integers accept JSON integers and integer strings (bools and floats are rejected); bools accept
-// true/false, the integers 0/1 and the strings 1/true/yes/on/0/false/no/off (case- and space-insensitive).
-// Every error names its source (flag or file), the key and the rule.
+// Values follow the JSON rules of core/json_fields.h, as config.json's do: a count is a JSON integer (not "2", not
+// 2.0), compute_gate_on_attention is true or false (not 0 / 1, not "off"). A key repeated inside one object is an
+// error. Every error names its source (flag or file), the key and the rule.
 #pragma once
 
 #include <cstdint>

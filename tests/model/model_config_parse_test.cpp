@@ -157,6 +157,16 @@ TEST(ModelConfigDefaults, LegacyTypeKeyOfRopeParameters) {
     EXPECT_TRUE(refused(config, StatusCode::kUnsupported, "rope_parameters.type \"linear\""));
 }
 
+TEST(ModelConfigDefaults, AnIntegerIsANumber) {
+    // Hub configs write rope_theta either way (1000000 or 1000000.0).
+    json config = baseConfig();
+    config["rope_theta"] = 500000;
+    config["rms_norm_eps"] = 1;
+    const ModelConfig c = parseOk(config);
+    EXPECT_DOUBLE_EQ(c.rope_theta, 5e5);
+    EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1.0);
+}
+
 TEST(ModelConfigDefaults, ArchitecturesMayListOthersToo) {
     json config = baseConfig();
     config["architectures"] = json::array({"Qwen3MoeModel", "Qwen3MoeForCausalLM"});
@@ -337,22 +347,34 @@ TEST_P(ModelConfigType, IsRefusedNamingTheFieldAndTheType) {
 INSTANTIATE_TEST_SUITE_P(
     Fields, ModelConfigType,
     ::testing::Values(
-        TypeCase{"IntAsString", "hidden_size", "64", "hidden_size must be an integer, got string"},
+        TypeCase{"IntAsWord", "hidden_size", "sixty-four",
+                 R"(hidden_size must be an integer, got string "sixty-four")"},
         TypeCase{"IntAsFraction", "num_hidden_layers", 4.5, "num_hidden_layers must be an integer, got number 4.5"},
+        TypeCase{"IntAsWholeFloat", "hidden_size", 64.0, "hidden_size must be an integer, got number 64.0"},
         TypeCase{"IntAsNull", "num_key_value_heads", nullptr, "num_key_value_heads must be an integer, got null"},
         TypeCase{"IntTooLarge", "vocab_size", std::numeric_limits<uint64_t>::max(),
-                 "vocab_size = 18446744073709551615 does not fit a 64-bit signed integer"},
-        TypeCase{"BoolAsString", "norm_topk_prob", "true", "norm_topk_prob must be a boolean, got string"},
-        TypeCase{"BoolAsInt", "tie_word_embeddings", 1, "tie_word_embeddings must be a boolean, got number 1"},
-        TypeCase{"NumberAsString", "rms_norm_eps", "1e-6", "rms_norm_eps must be a number, got string"},
+                 "vocab_size must be an integer in the 64-bit signed range, got number 18446744073709551615"},
+        TypeCase{
+            "BoolAsWord", "norm_topk_prob", "maybe",
+            R"(norm_topk_prob must be a boolean (true, false, 0, 1, or one of the strings true/false, yes/no, on/off), got string "maybe")"},
+        TypeCase{"BoolAsTwo", "tie_word_embeddings", 2,
+                 "tie_word_embeddings must be a boolean (true, false, 0, 1, or one of the strings true/false, yes/no, "
+                 "on/off), got number 2"},
+        TypeCase{"NumberAsWord", "rms_norm_eps", "tiny", R"(rms_norm_eps must be a number, got string "tiny")"},
         TypeCase{"StringAsInt", "hidden_act", 1, "hidden_act must be a string, got number 1"},
         TypeCase{"ListAsInt", "mlp_only_layers", 1, "mlp_only_layers must be a list of integers, got number 1"},
-        TypeCase{"ListEntry", "mlp_only_layers", json::array({1, "2"}),
-                 "mlp_only_layers[1] must be an integer, got string"},
+        TypeCase{"ListEntry", "mlp_only_layers", json::array({1, "2x"}),
+                 R"(mlp_only_layers[1] must be an integer, got string "2x")"},
         TypeCase{"EosAsString", "eos_token_id", "</s>",
-                 "eos_token_id must be an integer or a list of integers, got string"},
+                 R"(eos_token_id must be an integer or a list of integers, got string "</s>")"},
+        TypeCase{"EosEntryAsFloat", "eos_token_id", json::array({1, 2.5}),
+                 "eos_token_id[1] must be an integer, got number 2.5"},
         TypeCase{"ArchitecturesAsString", "architectures", "Qwen3MoeForCausalLM",
-                 "architectures must be a list of strings, got string"},
+                 R"(architectures must be a list of strings, got string "Qwen3MoeForCausalLM")"},
+        TypeCase{"LayerTypesEntryAsInt", "layer_types", json::array({"full_attention", 0}),
+                 "layer_types[1] must be a string, got number 0"},
+        TypeCase{"NestedRopeThetaAsString", "rope_parameters", json{{"rope_theta", "1e6x"}},
+                 R"(rope_parameters.rope_theta must be a number, got string "1e6x")"},
         TypeCase{"RopeParametersAsNumber", "rope_parameters", 1e6,
                  "rope_parameters must be an object, got number 1000000.0"}),
     [](const ::testing::TestParamInfo<TypeCase>& info) { return std::string(info.param.name); });
@@ -365,8 +387,8 @@ TEST_P(ModelConfigSize, NonPositiveIsRefused) {
     for (const int64_t bad : {0, -1}) {
         json config = baseConfig();
         config[GetParam()] = bad;
-        EXPECT_TRUE(
-            refused(config, StatusCode::kInvalidArgument, fmt::format("{} must be positive, got {}", GetParam(), bad)));
+        EXPECT_TRUE(refused(config, StatusCode::kInvalidArgument,
+                            fmt::format("{} must be in [1, 2147483647], got {}", GetParam(), bad)));
     }
 }
 
@@ -374,7 +396,7 @@ TEST_P(ModelConfigSize, AboveInt32IsRefused) {
     json config = baseConfig();
     config[GetParam()] = int64_t{1} << 31;
     EXPECT_TRUE(refused(config, StatusCode::kInvalidArgument,
-                        fmt::format("{} must be at most 2147483647, got 2147483648", GetParam())));
+                        fmt::format("{} must be in [1, 2147483647], got 2147483648", GetParam())));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fields, ModelConfigSize,

@@ -148,15 +148,17 @@ TEST(AfdConfig, IntsCoerceFromIntegersAndIntegerStrings) {
         const std::string message = parseError(fmt::format(R"({{"num_ffn_ranks": {}}})", text));
         EXPECT_THAT(message, HasSubstr("afd.num_ffn_ranks must be an integer")) << text;
     }
-    EXPECT_THAT(parseError(R"({"max_num_tokens": 18446744073709551615})"), HasSubstr("64-bit range"));
+    EXPECT_THAT(parseError(R"({"max_num_tokens": 18446744073709551615})"), HasSubstr("64-bit signed range"));
 }
 
 TEST(AfdConfig, CountsMustBePositiveBeforeTheTopologyRule) {
     // p2p with F = 0 would also break A >= F; positivity is what gets reported.
     const std::string message = parseError(R"({"compute_gate_on_attention": false, "num_ffn_ranks": 0})");
-    EXPECT_THAT(message, HasSubstr("afd.num_ffn_ranks must be > 0, got 0"));
-    EXPECT_THAT(parseError(R"({"num_attention_ranks": -2})"), HasSubstr("afd.num_attention_ranks must be > 0"));
-    EXPECT_THAT(parseError(R"({"num_attention_ranks": 70000})"), HasSubstr("afd.num_attention_ranks must be <= 65536"));
+    EXPECT_THAT(message, HasSubstr("afd.num_ffn_ranks must be in [1, 65536], got 0"));
+    EXPECT_THAT(parseError(R"({"num_attention_ranks": -2})"),
+                HasSubstr("afd.num_attention_ranks must be in [1, 65536], got -2"));
+    EXPECT_THAT(parseError(R"({"num_attention_ranks": 70000})"),
+                HasSubstr("afd.num_attention_ranks must be in [1, 65536], got 70000"));
 }
 
 TEST(AfdConfig, P2pNeedsAtLeastAsManyAttentionAsFfnRanks) {
@@ -196,10 +198,10 @@ TEST(AfdConfig, PortMustBeInRange) {
     EXPECT_EQ(parseOk(R"({"port": 1})").port, 1);
     for (const char* port : {"0", "65536", "-1", "4294968535"}) {
         EXPECT_THAT(parseError(fmt::format(R"({{"port": {}}})", port)),
-                    HasSubstr("afd.port must satisfy 0 < port < 65536"))
+                    HasSubstr("afd.port must be in [1, 65535], got "))
             << port;
     }
-    EXPECT_THAT(parseError(R"({"afd_port": 0})"), HasSubstr("afd.afd_port must satisfy 0 < port < 65536"));
+    EXPECT_THAT(parseError(R"({"afd_port": 0})"), HasSubstr("afd.afd_port must be in [1, 65535], got 0"));
 }
 
 TEST(AfdConfig, SizesAndTimeoutsMustBePositiveAndBounded) {
@@ -257,6 +259,15 @@ TEST(AfdConfig, NestingLimitIsSixtyFourLevels) {
     // The afd object is the first level, so 63 arrays under it are the deepest accepted nesting.
     EXPECT_THAT(parseError(R"({"port": )" + nestedArrays(63) + "}"), HasSubstr("afd.port must be an integer"));
     EXPECT_THAT(parseError(R"({"port": )" + nestedArrays(64) + "}"), HasSubstr("nested more than 64 levels deep"));
+}
+
+TEST(AfdConfig, ValidateStatesARangeRuleAsParsingDoes) {
+    AfdConfig config;
+    config.port = 0;
+    EXPECT_EQ("test: " + config.validate().message(), parseError(R"({"port": 0})"));
+    config = AfdConfig{};
+    config.num_ffn_ranks = 70000;
+    EXPECT_EQ("test: " + config.validate().message(), parseError(R"({"num_ffn_ranks": 70000})"));
 }
 
 TEST(AfdConfig, ValidateChecksAStructBuiltInCode) {
@@ -337,7 +348,7 @@ TEST(AdditionalConfig, MustBeAnObjectHoldingAnObject) {
     }
     auto not_object = parseAdditionalConfig(R"({"afd": "ffn"})", std::nullopt);
     ASSERT_FALSE(not_object.isOk());
-    EXPECT_THAT(not_object.status().message(), HasSubstr("the afd value must be a JSON object, got \"ffn\""));
+    EXPECT_THAT(not_object.status().message(), HasSubstr("the afd value must be a JSON object, got string \"ffn\""));
     auto bad_json = parseAdditionalConfig(R"({"afd": {)", std::nullopt);
     ASSERT_FALSE(bad_json.isOk());
     EXPECT_THAT(bad_json.status().message(), HasSubstr("--additional-config: not valid JSON"));
@@ -346,7 +357,7 @@ TEST(AdditionalConfig, MustBeAnObjectHoldingAnObject) {
 TEST(AdditionalConfig, FieldErrorsNameTheFlag) {
     auto config = parseAdditionalConfig(R"({"afd": {"port": 0}})", std::nullopt);
     ASSERT_FALSE(config.isOk());
-    EXPECT_EQ(config.status().message(), "--additional-config: afd.port must satisfy 0 < port < 65536, got 0");
+    EXPECT_EQ(config.status().message(), "--additional-config: afd.port must be in [1, 65535], got 0");
 }
 
 TEST(AfdConfigFile, AcceptsTheWrappedAndTheBareForm) {
