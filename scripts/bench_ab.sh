@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # A/B rows of `afd bench moe`, one invocation per variant and round, the variants taken in turn each round, so that
-# no variant is always timed first or second on a warm device (docs/performance.md, "Benchmark order").
+# no variant is always timed first or second on a warm device (timed one after the other, the second of two measured
+# up to 10-15 % slower at T >= 4096, whichever it was).
 #
 #   scripts/bench_ab.sh AFD_BIN ROUNDS "COMMON ARGS" "VARIANT A ARGS" "VARIANT B ARGS" ...
 #
 # Prints each invocation's table rows prefixed with the round and the variant's arguments ("-" for none).
-# Example: scripts/bench_ab.sh .gpu_prebuilt/afd 2 "--tokens 1024,4096 --no-stages --reps 30" "" "--late-release"
+# Example: scripts/bench_ab.sh .gpu_prebuilt/afd 2 "--tokens 1024,4096 --no-stages --reps 30" "--tiles tall128" \
+#          "--tiles wide288"
 set -uo pipefail
 
 if [ "$#" -lt 4 ]; then

@@ -4,9 +4,9 @@
 The kernels keep their accumulators in registers (up to 144 per consumer thread, with setmaxnreg moving registers
 from the producer warpgroup to the consumers). A change elsewhere in a kernel (a call in the consumer's code, an
 inlined trap) can make ptxas ignore setmaxnreg (C7507), serialize the wgmma pipeline (C7512) or spill, which the
-build accepts and only a device benchmark notices: wide288's gate-up kernel ran that way from one commit to the next
-(docs/cuda-moe-notes.md v24). This check reruns each translation unit's own compile command from
-compile_commands.json with `-Xptxas -v` and fails when any kernel reports C7507, C7512 or spill bytes.
+build accepts and only a device benchmark notices: wide288's gate-up kernel once ran that way from one commit to the
+next. This check reruns each translation unit's own compile command from compile_commands.json with `-Xptxas -v` and
+fails when any kernel reports C7507, C7512 or spill bytes.
 
     check_ptxas.py BUILD_DIR [--pattern moe_gemm_]
 """

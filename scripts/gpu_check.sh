@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU check, run on a machine with a Hopper GPU: build the CUDA backend, run the GPU tests, run
-# `afd bench moe` and the two peers on the same routing, print a short table last.
+# The GPU check, run on a machine with a Hopper GPU: build the CUDA backend with the benchmark lab (`afd bench`), run
+# the GPU tests, run `afd bench moe` and the two peers on the same routing, print a short table last.
 #   scripts/gpu_check.sh
 # Environment:
 #   OUT            folder for logs and CSVs (default: gpu_out in the repository root)
@@ -9,29 +9,18 @@
 #                  start here, otherwise the script builds (build-gpu/)
 #   AFD_PHASES     which phases to run, default "tests bench sweep peers router ffn hf" ("router": `afd bench
 #                  router` and its torch peer, bench/peers/torch_router.py); "stream" adds `afd bench stream` (how
-#                  fast 8-132 SMs read DRAM by TMA or loads, what L2 bytes read with or beside the stages cost it, with and without the layer's L2
-#                  policies, and a stage in one run or four); "timeline" adds per-CTA step times
-#                  of the GEMM kernels at T = 1, 1024, 4096 (afd bench moe --timeline); "ncu" adds hardware counters of
-#                  the grouped GEMMs at T = AFD_NCU_TOKENS (default 1024) with AFD_NCU_ROUTING (default uniform) to
+#                  fast 8-132 SMs read DRAM by TMA or loads, what L2 bytes read with or beside the stages cost it, with
+#                  and without the layer's L2 policies, and a stage in one run or four); "ncu" adds hardware counters
+#                  of the grouped GEMMs at T = AFD_NCU_TOKENS (default 1024) with AFD_NCU_ROUTING (default uniform) to
 #                  sass.txt (Nsight Compute, clocks left alone; the warp-state section includes the stalls on
-#                  instruction fetch, "No Instruction"), and the DRAM bytes of two whole layers to dram.txt
-#                  (graph replays, caches not flushed). "ffn": the GPU FFN
-#                  rank (its tests, then `afd launch --ffn-device cuda` on the HF fixture and on a 2-layer
-#                  Qwen3-30B-A3B-shaped model); "hf": scripts/hf_crosscheck.py (engine vs transformers)
-#                  "bounds" times diagnostic builds of afd (CMake AFD_MOE_DIAG_SKIP: the GEMM kernels skip their
-#                  token copies, MMAs, weight copies or output stores, or store h or y into 128 rows, or a hot expert's
-#                  odd token tiles copy no weights (128)) beside the real one at
-#                  T = AFD_BOUNDS_TOKENS (default 256,1024,4096), uniform and zipf, in turn, two rounds: what each
-#                  part of the work costs the layer (bounds.log); the masks are AFD_BOUNDS_MASKS (default
-#                  "1 2 3 4 8 16 32 48"), the builds come from AFD_DIAG_DIR (afd_diag<mask>) or are made here
-#                  (build-gpu-diag/). "l2" adds the L2 counters of the grouped GEMMs (read and write lookups hit and
-#                  missed, fills from DRAM, DRAM bytes, the stalls of the fabric between the L2 partitions) at T =
-#                  AFD_NCU_TOKENS, uniform and zipf, for the real build and the diagnostic builds AFD_L2_MASKS
-#                  (default "8 16 32 48": no stores, h, y or both into 128 rows), to l2.txt
-#                  "power" samples the SM clock, board power and throttle reasons (nvidia-smi every 25 ms,
-#                  scripts/smi_summary.py) while the real build and its no-wgmma diagnostic build (AFD_MOE_DIAG_SKIP 2)
-#                  each replay T = AFD_POWER_TOKENS (default 1024) for 6000 replays, uniform and zipf, then times the two
-#                  builds in turn (power.txt): what the MMAs cost through the power cap
+#                  instruction fetch, "No Instruction"), and the DRAM bytes of two whole layers to dram.txt (graph
+#                  replays, caches not flushed). "ffn": the GPU FFN rank (its tests, then `afd launch --ffn-device
+#                  cuda` on the HF fixture and on a 2-layer Qwen3-30B-A3B-shaped model); "hf": scripts/hf_crosscheck.py
+#                  (engine vs transformers). "l2" adds the L2 counters of the grouped GEMMs (read and write lookups hit
+#                  and missed, fills from DRAM, DRAM bytes, the stalls of the fabric between the L2 partitions) at T =
+#                  AFD_NCU_TOKENS, uniform and zipf, to l2.txt. "power" samples the SM clock, board power and throttle
+#                  reasons (nvidia-smi every 25 ms, scripts/smi_summary.py) while afd replays T = AFD_POWER_TOKENS
+#                  (default 1024) for 6000 replays, uniform and zipf (power.txt)
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
 #   AFD_WARMUP_MS  device time of warm-up before each timed series, ours and the peers' (default: the benchmarks' own,
 #                  300 ms, the steady state under the power cap; 0: burst clocks)
@@ -62,7 +51,7 @@ else
     build="$root/build-gpu"
     {
         cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" -DAFD_CUDA=ON \
-            -DAFD_BUILD_FUZZ=OFF -DAFD_BUILD_BENCH=OFF ${nccl_root:+-DAFD_NCCL_ROOT=$nccl_root} &&
+            -DAFD_BUILD_FUZZ=OFF -DAFD_BUILD_BENCH=ON ${nccl_root:+-DAFD_NCCL_ROOT=$nccl_root} &&
             timeout 420 ninja -C "$build" kernels_cuda_tests ffn_tests afd
     } >>"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; echo "gpu_check: build failed"; exit 1; }
     grep -E "registers|spill|C75" "$out/build.log" | sort | uniq -c | head -40
@@ -103,65 +92,18 @@ fi
 if has_phase sweep; then
     stamp "tile sweep"
     timeout "${AFD_T_SWEEP:-150}" "$bin/afd" bench moe --no-stages --reps 30 --tokens 1,8,64,256,1024 \
-        --tiles tiny8,small16,small32,small64,small128,wide128,tall128,tall128g >>"$out/bench.log" 2>&1
+        --tiles tiny8,small16,small64,small128,wide128,tall128,tall128g >>"$out/bench.log" 2>&1
     timeout "${AFD_T_SWEEP2:-90}" "$bin/afd" bench moe --no-stages --reps 15 --tokens 4096,16384 \
         --tiles wide128,wide256,wide288,tall128 >>"$out/bench.log" 2>&1
-    timeout 30 "$bin/afd" bench moe --no-stages --reps 50 --tokens 1,8 --no-fuse-routing >>"$out/bench.log" 2>&1
     echo "sweep exit $?"
 fi
-if has_phase timeline; then
-    stamp "timeline (when the GEMM kernels' CTAs reach each step)"
-    timeout 120 "$bin/afd" bench moe --no-stages --reps 20 --routing uniform --tokens 1,1024,4096 --timeline \
-        >"$out/timeline.log" 2>&1
-    echo "timeline exit $?"
-fi
-# Diagnostic builds (CMake AFD_MOE_DIAG_SKIP = $1) as $diag_dir/afd_diag$1: taken from AFD_DIAG_DIR when it is set,
-# otherwise built here once per run (build-gpu-diag/).
-diag_dir="${AFD_DIAG_DIR:-$root/build-gpu-diag/bin}"
-diag_built=" "
-diag_build() {
-    if [ -n "${AFD_DIAG_DIR:-}" ] || [[ "$diag_built" == *" $1 "* ]]; then
-        return 0
-    fi
-    diag_built+="$1 "
-    mkdir -p "$diag_dir"
-    cmake -S "$root" -B "$root/build-gpu-diag" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" \
-        -DAFD_CUDA=ON -DAFD_BUILD_TESTS=OFF -DAFD_BUILD_FUZZ=OFF -DAFD_BUILD_BENCH=OFF \
-        -DAFD_MOE_DIAG_SKIP="$1" >>"$out/build.log" 2>&1 &&
-        timeout 420 ninja -C "$root/build-gpu-diag" afd >>"$out/build.log" 2>&1 &&
-        cp "$root/build-gpu-diag/src/afd" "$diag_dir/afd_diag$1"
-}
-# diag_bins: the real afd, then the diagnostic build of each mask in $1 (diag_build).
-collect_diag_bins() {
-    diag_bins=("$bin/afd")
-    for mask in $1; do
-        diag_build "$mask"
-        diag_bins+=("$diag_dir/afd_diag$mask")
-    done
-}
-if has_phase bounds; then
-    stamp "bounds: diagnostic builds that skip parts of the GEMM kernels' work"
-    collect_diag_bins "${AFD_BOUNDS_MASKS:-1 2 3 4 8 16 32 48}"
-    for round in 1 2; do
-        for b in "${diag_bins[@]}"; do
-            [ -x "$b" ] || { echo "bounds: no $b"; continue; }
-            timeout 120 "$b" bench moe --tokens "${AFD_BOUNDS_TOKENS:-256,1024,4096}" --routing uniform,zipf \
-                --no-stages --reps 30 2>&1 |
-                awk -v p="r$round $(basename "$b")" '$1 ~ /^[0-9]+$/ { print p, $0 } /DIAGNOSTIC/ && !seen++ { print p, $0 }'
-        done
-    done >"$out/bounds.log"
-    echo "bounds exit $?"
-    cat "$out/bounds.log"
-fi
 if has_phase power && command -v nvidia-smi >/dev/null; then
-    stamp "power: SM clock and board power while the layer runs, with and without its MMAs"
-    collect_diag_bins "2"
+    stamp "power: SM clock and board power while the layer runs"
     smi_fields=timestamp,clocks.sm,clocks.mem,power.draw,clocks_event_reasons.sw_power_cap
     smi_fields+=,clocks_event_reasons.hw_slowdown,clocks_event_reasons.sw_thermal_slowdown,temperature.gpu
     power_tokens="${AFD_POWER_TOKENS:-1024}"
     {
-        for b in "${diag_bins[@]}"; do
-            [ -x "$b" ] || { echo "power: no $b"; continue; }
+        for b in "$bin/afd"; do
             for routing in uniform zipf; do
                 label="$(basename "$b") T=$power_tokens $routing"
                 samples="$out/smi-$(basename "$b")-$routing.csv"
@@ -174,27 +116,18 @@ if has_phase power && command -v nvidia-smi >/dev/null; then
                 python3 "$root/scripts/smi_summary.py" "$label" "$samples"
             done
         done
-        for round in 1 2; do
-            for b in "${diag_bins[@]}"; do
-                [ -x "$b" ] || continue
-                timeout 90 "$b" bench moe --no-stages --reps 30 --tokens "$power_tokens" --routing uniform,zipf 2>&1 |
-                    awk -v p="r$round $(basename "$b")" '$1 ~ /^[0-9]+$/ { print p, $0 }'
-            done
-        done
     } >"$out/power.txt"
     echo "power exit $?"
     cat "$out/power.txt"
 fi
 if has_phase l2 && command -v ncu >/dev/null; then
-    stamp "l2: L2 counters of the grouped GEMMs, the real build and the diagnostic builds of its stores"
-    collect_diag_bins "${AFD_L2_MASKS:-8 16 32 48}"
+    stamp "l2: L2 counters of the grouped GEMMs"
     l2_metrics="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct"
     for m in op_read_lookup_hit op_read_lookup_miss op_write_lookup_hit op_write_lookup_miss; do
         l2_metrics+=",lts__t_sectors_aperture_device_$m.sum"
     done
     l2_metrics+=",lts__d_sectors_fill_device.sum,lts__ltcfabric2lts_cycles_stalled.sum"
-    for b in "${diag_bins[@]}"; do
-        [ -x "$b" ] || { echo "l2: no $b"; continue; }
+    for b in "$bin/afd"; do
         for routing in uniform zipf; do
             echo "== $(basename "$b") T=${AFD_NCU_TOKENS:-1024} $routing"
             # the gate-up and down kernels of one layer after the warm-up's launches

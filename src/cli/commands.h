@@ -13,9 +13,9 @@ void addGenModelCommand(CLI::App& app, int& exit_code);
 void addGenerateCommand(CLI::App& app, int& exit_code);
 void addFfnCommand(CLI::App& app, int& exit_code);
 void addLaunchCommand(CLI::App& app, int& exit_code);
+void addTokenizeCommand(CLI::App& app, int& exit_code);
+// `afd bench` (moe, router, stream, generate): defined by the lab (bench/lab/cli) when afd is built with it
+// (AFD_BUILD_BENCH), else by cmd_bench_unavailable.cpp, whose `bench` says so.
 void addBenchCommand(CLI::App& app, int& exit_code);
-// `afd bench router` and `afd bench stream`, under the `bench` subcommand that addBenchCommand creates.
-void addBenchRouterCommand(CLI::App& bench, int& exit_code);
-void addBenchStreamCommand(CLI::App& bench, int& exit_code);
 
 }  // namespace afd::cli

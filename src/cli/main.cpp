@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
     afd::cli::addFfnCommand(app, exit_code);
     afd::cli::addLaunchCommand(app, exit_code);
     afd::cli::addBenchCommand(app, exit_code);
+    afd::cli::addTokenizeCommand(app, exit_code);
 
     try {
         app.parse(argc, argv);

@@ -1,10 +1,11 @@
 // Op-by-op harness of the CUDA MoE layer against fp32 CPU references: every stage (permute, gate-up + SwiGLU,
 // down, combine) and the whole layer, on fresh random inputs of many shapes (T = 0 and 1, experts with no tokens,
-// all tokens on one expert, unserved entries, no entry served, skewed routing with several token tiles per expert on
-// shapes the CTA-pair tiles take, the Qwen3-30B-A3B layer), for every tile configuration, with the small-batch
-// routing and combine fused into the GEMM kernels or not, with outputs and workspace poisoned (NaN) before each run.
-// BF16 paths must reach a relative L2 error under 1e-2. Also: replay of a captured CUDA graph after the routing
-// changed, and the error paths.
+// all tokens on one expert, unserved entries, no entry served, skewed routing with several token tiles per expert,
+// the Qwen3-30B-A3B layer), for every tile configuration of kMoeTiles that divides the case's layer, each with the plan
+// the planner makes for it and with its stages replayable alone (the down kernel after the whole gate-up grid, the
+// combine after the whole down grid), with outputs and workspace poisoned (NaN) before each run. BF16 paths must reach
+// a relative L2 error under 1e-2. Also: replay of a captured CUDA graph after the routing changed, and the error
+// paths. The planner's rules themselves are tested on the host (tests/kernels/moe_cuda_plan_test.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -123,8 +124,8 @@ std::vector<Case> cases() {
         {"skewed", 200, 128, 64, 16, 4, Routing::kSkewed},
         {"dense_routing", 513, 192, 64, 8, 8, Routing::kUniform},
         {"skewed_chunked_permute", 1500, 128, 64, 64, 4, Routing::kSkewed},
-        {"pairs_skewed_many_tiles", 700, 256, 128, 8, 4, Routing::kSkewed},
-        {"pairs_small_batch", 24, 256, 256, 16, 8, Routing::kUniform},
+        {"skewed_many_tiles", 700, 256, 128, 8, 4, Routing::kSkewed},
+        {"small_batch_many_rows", 24, 256, 256, 16, 8, Routing::kUniform},
         {"qwen3_30b_a3b_T16", 16, 2048, 768, 128, 8, Routing::kUniform},
         // The 256-row tiles with more than 256 entries and at most 64 per expert: tall128g's cp.async producer takes
         // the item ring, the down kernel per expert and the combine by part (two parts), and a skewed expert has
@@ -137,112 +138,38 @@ std::vector<Case> cases() {
     };
 }
 
-constexpr MoeTileConfig kAllConfigs[] = {
-    MoeTileConfig::kAuto,    MoeTileConfig::kTiny8,        MoeTileConfig::kSmall16,
-    MoeTileConfig::kSmall32, MoeTileConfig::kSmall64,      MoeTileConfig::kSmall128,
-    MoeTileConfig::kWide128, MoeTileConfig::kWide256,      MoeTileConfig::kWide256Gather,
-    MoeTileConfig::kTall128, MoeTileConfig::kWide128Pair,  MoeTileConfig::kWide256Pair,
-    MoeTileConfig::kWide288, MoeTileConfig::kTall128Gather};
-
-// The configurations whose tiles divide the case's shape (the others are refused by resolveMoeTileConfig).
-std::vector<MoeTileConfig> configsFor(const Case& c) {
+MoeParams shapeOf(const Case& c) {
     MoeParams p;
     p.num_tokens = c.tokens;
     p.hidden = c.hidden;
     p.inter = c.inter;
     p.num_experts = c.experts;
     p.top_k = c.top_k;
-    std::vector<MoeTileConfig> configs;
-    for (MoeTileConfig t : kAllConfigs) {
-        MoeCudaOptions options;
-        options.tile = t;
-        try {
-            (void)resolveMoeTileConfig(p, options);
-            configs.push_back(t);
-        } catch (const core::Error&) {
-        }
-    }
-    return configs;
-}
-
-// The shapes whose token tiles come by TMA from x_sorted (the others gather x with cp.async and have no gather stage).
-bool loadsTokensByTma(MoeTileConfig t) {
-    return t == MoeTileConfig::kWide128 || t == MoeTileConfig::kWide256 || t == MoeTileConfig::kWide288 ||
-           t == MoeTileConfig::kTall128 || t == MoeTileConfig::kWide128Pair || t == MoeTileConfig::kWide256Pair;
+    return p;
 }
 
 struct Mode {
-    MoeTileConfig config;
-    bool fuse_routing;
-    int fused_combine_entries;
-    bool dynamic_schedule = true;
-    bool early_stage_release = true;
-    bool gate_up_prefetch = true;
-    bool slot_gather = true;
-    bool down_per_expert = true;
-    bool gate_up_on_permute_words = true;
-    bool combine_by_part = true;
+    std::string name;
+    MoeCudaPlan plan;
 };
 
-// Each configuration with the default options; when the case is small enough for the fused paths, also with the
-// permute and combine kernels, and with the permute kernel but the combine in the down kernel (allowed up to its
-// cap, so that down CTAs with many items arrive on each block several times). Every configuration also runs with the
-// static round robin, the stages released after the next stage's wgmma and the gate-up kernel waiting for the gather
-// before its first copy, the down kernel waiting for the whole gate-up kernel and the gate-up kernel waiting for the
-// permute's scatter grid rather than its words (the token-TMA shapes take items
-// from the device-wide counter by default, their down items wait per expert, and wide128's gate-up kernel streams its
-// first weights beside the gather; the other token-TMA shapes' gate-up kernels gather x themselves, and wide128's does
-// too without its prefetch). The token-TMA shapes also run after the token-order gather kernel,
-// waited for as a whole (MoeCudaOptions::slot_gather off), and they and tall128g (which takes the same item ring, down
-// kernel per expert and combine by part in its cp.async producer) with the combine after the whole down grid rather
-// than by part (the default where the down kernel starts per expert, up to 64 entries per expert).
-std::vector<Mode> configsAndFusionModes(const Case& c) {
-    std::vector<Mode> modes;
-    for (const MoeTileConfig t : configsFor(c)) {
-        modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries});
-        modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, false, false, false, true, false, false});
-        if (loadsTokensByTma(t)) {
-            modes.push_back({t, true, MoeCudaOptions{}.fused_combine_entries, true, true, true, false});
+// kAuto's plan, then every tile of kMoeTiles that divides the case's layer with the plan the planner makes for it and,
+// where that differs, the same with its stages replayable alone.
+std::vector<Mode> modesFor(const Case& c) {
+    const MoeParams p = shapeOf(c);
+    std::vector<Mode> modes{{std::string("auto:") + moeTileConfigName(planMoeCuda(p).tile), planMoeCuda(p)}};
+    for (const MoeTile& t : kMoeTiles) {
+        if (!moeTileFits(t.config, c.hidden, c.inter)) {
+            continue;
         }
-        if (loadsTokensByTma(t) || t == MoeTileConfig::kTall128Gather) {
-            Mode after_down{t, true, MoeCudaOptions{}.fused_combine_entries};
-            after_down.combine_by_part = false;
-            modes.push_back(after_down);
-        }
-        if (c.tokens * c.top_k <= 256) {
-            modes.push_back({t, false, 0});
-            modes.push_back({t, false, 256});
+        const MoeCudaPlan plan = planMoeCuda(p, t.config);
+        modes.push_back({t.name, plan});
+        const MoeCudaPlan alone = withStagesReplayableAlone(plan);
+        if (alone.down_per_expert != plan.down_per_expert || alone.combine_parts != plan.combine_parts) {
+            modes.push_back({std::string(t.name) + " stages alone", alone});
         }
     }
     return modes;
-}
-
-int blockTokens(MoeTileConfig config) {
-    switch (config) {
-        case MoeTileConfig::kTiny8:
-            return 8;
-        case MoeTileConfig::kSmall16:
-            return 16;
-        case MoeTileConfig::kSmall32:
-            return 32;
-        case MoeTileConfig::kSmall64:
-            return 64;
-        case MoeTileConfig::kSmall128:
-        case MoeTileConfig::kWide128:
-        case MoeTileConfig::kTall128:
-        case MoeTileConfig::kTall128Gather:
-        case MoeTileConfig::kWide128Pair:
-            return 128;
-        case MoeTileConfig::kWide256:
-        case MoeTileConfig::kWide256Gather:
-        case MoeTileConfig::kWide256Pair:
-            return 256;
-        case MoeTileConfig::kWide288:
-            return 288;
-        case MoeTileConfig::kAuto:
-            break;
-    }
-    return 0;
 }
 
 // The engine's CPU layer (kernels/cpu, moeForwardCpu) on the problem's host data, bf16 in and out.
@@ -336,44 +263,28 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
         const auto ref_h = test::referenceGateUp(p.x, p.w13, p.routing.ids, c.tokens, c.hidden, c.inter, c.top_k);
         const auto ref_out = test::referenceMoe(p.x, p.w13, p.w2, p.routing, c.tokens, c.hidden, c.inter, c.top_k);
         const auto cpu_layer = engineCpuLayer(p);
-        for (const Mode& mode : configsAndFusionModes(c)) {
-            SCOPED_TRACE(testing::Message()
-                         << moeTileConfigName(mode.config) << (mode.fuse_routing ? " fused routing" : "")
-                         << " fused combine up to " << mode.fused_combine_entries << " entries"
-                         << (mode.dynamic_schedule ? "" : " static schedule")
-                         << (mode.early_stage_release ? "" : " late stage release")
-                         << (mode.gate_up_prefetch ? "" : " no gate-up prefetch")
-                         << (mode.slot_gather ? "" : " token-order gather")
-                         << (mode.gate_up_on_permute_words ? "" : " gate-up after the permute grid")
-                         << (mode.combine_by_part ? "" : " combine after the down grid"));
-            MoeCudaOptions options;
-            options.tile = mode.config;
-            options.fuse_small_routing = mode.fuse_routing;
-            options.fused_combine_entries = mode.fused_combine_entries;
-            options.dynamic_schedule = mode.dynamic_schedule;
-            options.early_stage_release = mode.early_stage_release;
-            options.gate_up_prefetch = mode.gate_up_prefetch;
-            options.slot_gather = mode.slot_gather;
-            options.down_per_expert = mode.down_per_expert;
-            options.gate_up_on_permute_words = mode.gate_up_on_permute_words;
-            options.combine_by_part = mode.combine_by_part;
+        for (const Mode& mode : modesFor(c)) {
+            const MoeCudaPlan& plan = mode.plan;
+            SCOPED_TRACE(testing::Message() << mode.name << (plan.fused_routing ? " fused routing" : "")
+                                            << (plan.fused_combine ? " fused combine" : "")
+                                            << (plan.down_per_expert ? " down per expert" : "") << " combine parts "
+                                            << plan.combine_parts);
             const MoeParams params = p.params();
-            const MoeTileConfig resolved = resolveMoeTileConfig(params, options);
             const MoeWorkspaceView view = moeWorkspaceView(params, p.d_ws.get(), p.d_ws.bytes());
 
             p.poisonOutputs();
-            moePermuteCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+            moePermuteCuda(params, plan, p.d_ws.get(), p.d_ws.bytes(), nullptr);
             AFD_CUDA_CHECK(cudaDeviceSynchronize());
             if (c.tokens == 0) {
-                moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+                moeForwardCuda(params, plan, p.d_ws.get(), p.d_ws.bytes(), nullptr);
                 AFD_CUDA_CHECK(cudaDeviceSynchronize());
                 continue;
             }
             // gate-up + SwiGLU against the fp32 reference of every served entry (the permutation is checked after
             // it: with fused small routing the gate-up kernel writes it)
-            moeGateUpCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+            moeGateUpCuda(params, plan, p.d_ws.get(), p.d_ws.bytes(), nullptr);
             AFD_CUDA_CHECK(cudaDeviceSynchronize());
-            const PermuteResult perm = checkPermutation(p, view, blockTokens(resolved));
+            const PermuteResult perm = checkPermutation(p, view, moeTileShape(plan.tile).block_tokens);
             const int32_t slots = perm.slot_offset.back();
             std::vector<core::Bf16> h_bits(static_cast<size_t>(slots * c.inter));
             AFD_CUDA_CHECK(cudaMemcpy(h_bits.data(), view.h, h_bits.size() * 2, cudaMemcpyDeviceToHost));
@@ -391,7 +302,7 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
             EXPECT_LT(test::relativeL2(got_h, want_h), kBf16Tolerance) << "gate-up";
 
             // down against W2 applied to the device's own h (isolates the stage)
-            moeDownCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+            moeDownCuda(params, plan, p.d_ws.get(), p.d_ws.bytes(), nullptr);
             AFD_CUDA_CHECK(cudaDeviceSynchronize());
             std::vector<core::Bf16> y_bits(static_cast<size_t>(slots * c.hidden));
             AFD_CUDA_CHECK(cudaMemcpy(y_bits.data(), view.y, y_bits.size() * 2, cudaMemcpyDeviceToHost));
@@ -408,7 +319,7 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
             EXPECT_LT(test::relativeL2(y, want_y), kBf16Tolerance) << "down";
 
             // combine against the weighted sum of the device's own y
-            moeCombineCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+            moeCombineCuda(params, plan, p.d_ws.get(), p.d_ws.bytes(), nullptr);
             AFD_CUDA_CHECK(cudaDeviceSynchronize());
             std::vector<float> want_combine(static_cast<size_t>(c.tokens * c.hidden), 0.0f);
             for (size_t i = 0; i < perm.entry_slot.size(); ++i) {
@@ -426,7 +337,7 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
 
             // the whole layer against the fp32 layer
             p.poisonOutputs();
-            moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+            moeForwardCuda(params, plan, p.d_ws.get(), p.d_ws.bytes(), nullptr);
             AFD_CUDA_CHECK(cudaDeviceSynchronize());
             const std::vector<float> out = p.out();
             EXPECT_LT(test::relativeL2(out, ref_out), kBf16Tolerance) << "layer vs fp32 reference";
@@ -492,24 +403,23 @@ TEST(MoeCudaTest, StagesReplayedAloneServeEveryItem) {
     Problem p({"replay", 900, 256, 128, 8, 4, Routing::kSkewed}, rng);
     const MoeParams params = p.params();
     for (const MoeTileConfig tile : {MoeTileConfig::kWide128, MoeTileConfig::kWide256, MoeTileConfig::kWide288,
-                                     MoeTileConfig::kTall128, MoeTileConfig::kWide256Pair}) {
+                                     MoeTileConfig::kTall128, MoeTileConfig::kTall128Gather}) {
         SCOPED_TRACE(moeTileConfigName(tile));
-        MoeCudaOptions options;
-        options.tile = tile;
-        options.down_per_expert = false;  // the down stage replayed without its gate-up stage
+        // The down stage replayed without its gate-up stage.
+        const MoeCudaPlan plan = withStagesReplayableAlone(planMoeCuda(params, tile));
         const MoeWorkspaceView view = moeWorkspaceView(params, p.d_ws.get(), p.d_ws.bytes());
         p.poisonOutputs();
-        moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+        moeForwardCuda(params, plan, p.d_ws.get(), p.d_ws.bytes(), nullptr);
         AFD_CUDA_CHECK(cudaDeviceSynchronize());
         const std::vector<float> want = p.out();
-        using StageFn = void (*)(const MoeParams&, void*, size_t, void*, const MoeCudaOptions&);
+        using StageFn = void (*)(const MoeParams&, const MoeCudaPlan&, void*, size_t, void*);
         // Runs `stage` alone `replays` times over a poisoned `out` and expects the first layer's bits each time.
         auto replayAlone = [&](StageFn stage, void* out, size_t bytes, int replays, const char* name) {
             std::vector<uint16_t> first(bytes / 2);
             AFD_CUDA_CHECK(cudaMemcpy(first.data(), out, bytes, cudaMemcpyDeviceToHost));
             for (int replay = 0; replay < replays; ++replay) {
                 AFD_CUDA_CHECK(cudaMemset(out, 0xff, bytes));
-                stage(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+                stage(params, plan, p.d_ws.get(), p.d_ws.bytes(), nullptr);
                 AFD_CUDA_CHECK(cudaDeviceSynchronize());
                 std::vector<uint16_t> again(bytes / 2);
                 AFD_CUDA_CHECK(cudaMemcpy(again.data(), out, bytes, cudaMemcpyDeviceToHost));
@@ -518,7 +428,7 @@ TEST(MoeCudaTest, StagesReplayedAloneServeEveryItem) {
         };
         replayAlone(&moeDownCuda, view.y, static_cast<size_t>(900 * 4 * 256) * 2, 3, "down");
         replayAlone(&moeGateUpCuda, view.h, static_cast<size_t>(900 * 4 * 128) * 2, 2, "gate-up");
-        moeCombineCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr, options);
+        moeCombineCuda(params, plan, p.d_ws.get(), p.d_ws.bytes(), nullptr);
         AFD_CUDA_CHECK(cudaDeviceSynchronize());
         EXPECT_EQ(p.out(), want);
     }
@@ -555,198 +465,15 @@ TEST(MoeCudaTest, RejectsTooSmallWorkspace) {
     EXPECT_THROW(moeForwardCuda(p, small, sizeof(small), nullptr), core::Error);
 }
 
+TEST(MoeCudaTest, RejectsAPlanWithoutATile) {
+    const MoeCudaPlan plan;  // not made by planMoeCuda: kAuto names no tile
+    EXPECT_THROW(moeForwardCuda(validParams(), plan, nullptr, 0, nullptr), core::Error);
+}
+
 TEST(MoeCudaTest, RejectsHiddenNotMultipleOf64) {
     MoeParams p = validParams();
     p.hidden = 96;
     EXPECT_THROW(moeForwardCuda(p, nullptr, 0, nullptr), core::Error);
-}
-
-TEST(MoeCudaTest, RejectsWideConfigWhenInterIsNotMultipleOf64) {
-    MoeParams p = validParams();
-    p.inter = 96;
-    MoeCudaOptions options;
-    options.tile = MoeTileConfig::kWide256;
-    EXPECT_THROW(resolveMoeTileConfig(p, options), core::Error);
-    options.tile = MoeTileConfig::kAuto;
-    p.num_tokens = 4096;
-    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kSmall128);
-}
-
-// validParams at the Qwen3-30B-A3B layer's shapes (E = 128, top-8, H = 2048, I = 768); set num_tokens.
-MoeParams qwen3Layer() {
-    MoeParams p = validParams();
-    p.hidden = 2048;
-    p.inter = 768;
-    p.num_experts = 128;
-    p.top_k = 8;
-    return p;
-}
-
-TEST(MoeCudaTest, AutoConfigFollowsTokensPerExpert) {
-    MoeParams p = qwen3Layer();
-    const std::pair<int64_t, MoeTileConfig> expected[] = {
-        {1, MoeTileConfig::kTiny8},           {2, MoeTileConfig::kTiny8},           {3, MoeTileConfig::kSmall16},
-        {7, MoeTileConfig::kSmall16},         {8, MoeTileConfig::kTall128},         {159, MoeTileConfig::kTall128},
-        {160, MoeTileConfig::kTall128Gather}, {383, MoeTileConfig::kTall128Gather}, {384, MoeTileConfig::kTall128},
-        {1024, MoeTileConfig::kTall128},      {4096, MoeTileConfig::kTall128},      {16384, MoeTileConfig::kTall128},
-    };
-    for (const auto& [tokens, config] : expected) {
-        p.num_tokens = tokens;
-        EXPECT_EQ(resolveMoeTileConfig(p, MoeCudaOptions{}), config) << "T " << tokens;
-    }
-    // Where the 256-row tile does not divide the layer (inter % 128 != 0), the wide shapes by entries per expert.
-    p.inter = 192;
-    const std::pair<int64_t, MoeTileConfig> without_tall[] = {
-        {8, MoeTileConfig::kSmall16},    {64, MoeTileConfig::kSmall16},   {80, MoeTileConfig::kSmall64},
-        {272, MoeTileConfig::kWide128},  {1024, MoeTileConfig::kWide128}, {1792, MoeTileConfig::kWide128},
-        {1808, MoeTileConfig::kWide288}, {4608, MoeTileConfig::kWide288}, {4624, MoeTileConfig::kWide256},
-    };
-    for (const auto& [tokens, config] : without_tall) {
-        p.num_tokens = tokens;
-        EXPECT_EQ(resolveMoeTileConfig(p, MoeCudaOptions{}), config) << "T " << tokens << " inter 192";
-    }
-}
-
-// An FFN rank serving half of the 128 routed experts (MoeParams::routed_experts) sees every routing entry but serves
-// about half of them: its choices by entries per expert follow the served half, so they match one rank's at the same
-// T (the rank used to count all entries against its 64 experts: twice the density). kTiny8's rule counts entries (the
-// experts a batch touches), so the half rank keeps it up to T = 4 (16 served entries, as one rank's T = 2).
-TEST(MoeCudaTest, ChoicesFollowTheEntriesThisRankServes) {
-    MoeParams one_rank = qwen3Layer();
-    MoeParams half = qwen3Layer();
-    half.num_experts = 64;
-    half.routed_experts = 128;
-    for (const int64_t tokens : {1, 2, 6, 7, 8, 64, 159, 160, 383, 384, 1024, 2048, 4096}) {
-        one_rank.num_tokens = tokens;
-        half.num_tokens = tokens;
-        const MoeCudaPlan one = planMoeCuda(one_rank, MoeCudaOptions{});
-        const MoeCudaPlan served = planMoeCuda(half, MoeCudaOptions{});
-        EXPECT_EQ(served.tile, one.tile) << "T " << tokens;
-        EXPECT_EQ(served.down_per_expert, one.down_per_expert) << "T " << tokens;
-        EXPECT_EQ(served.combine_parts, one.combine_parts) << "T " << tokens;
-    }
-    half.num_tokens = 4;
-    EXPECT_EQ(resolveMoeTileConfig(half, MoeCudaOptions{}), MoeTileConfig::kTiny8);
-    half.num_tokens = 6;  // 48 entries, about 24 served: small16, where all 48 counted against 64 experts took tall128
-    EXPECT_EQ(resolveMoeTileConfig(half, MoeCudaOptions{}), MoeTileConfig::kSmall16);
-    half.routed_experts = 0;
-    EXPECT_EQ(resolveMoeTileConfig(half, MoeCudaOptions{}), MoeTileConfig::kTall128);
-    half.routed_experts = 32;  // fewer routed experts than this rank holds
-    EXPECT_THROW(resolveMoeTileConfig(half, MoeCudaOptions{}), core::Error);
-    EXPECT_THROW(planMoeCuda(half, MoeCudaOptions{}), core::Error);
-}
-
-// The paths moeForwardCuda takes at the Qwen3-30B-A3B shapes (no device needed): each option applies only where its
-// rule allows it, and turning an option off turns its path off.
-TEST(MoeCudaTest, PlanFollowsTheOptionsRules) {
-    MoeParams p = qwen3Layer();
-    const MoeCudaOptions defaults;
-    p.num_tokens = 1;  // 8 entries: the GEMM kernels route, the down kernel combines
-    MoeCudaPlan plan = planMoeCuda(p, defaults);
-    EXPECT_EQ(plan.tile, MoeTileConfig::kTiny8);
-    EXPECT_TRUE(plan.fused_routing);
-    EXPECT_TRUE(plan.fused_combine);
-    EXPECT_FALSE(plan.down_per_expert);
-    EXPECT_EQ(plan.combine_parts, 0);
-
-    p.num_tokens = 1024;  // 64 entries per expert: tall128 with every token-TMA path, the combine by 8 blocks
-    plan = planMoeCuda(p, defaults);
-    EXPECT_EQ(plan.tile, MoeTileConfig::kTall128);
-    EXPECT_FALSE(plan.fused_routing);
-    EXPECT_FALSE(plan.fused_combine);
-    EXPECT_TRUE(plan.dynamic_schedule);
-    EXPECT_TRUE(plan.slot_gather);
-    EXPECT_TRUE(plan.gather_in_gate_up);
-    EXPECT_TRUE(plan.down_per_expert);
-    EXPECT_EQ(plan.combine_parts, 8);
-    EXPECT_TRUE(plan.gate_up_on_permute_words);
-
-    p.num_tokens = 512;  // wide128 streams beside the gather kernel: it neither gathers nor starts on the words
-    MoeCudaOptions wide;
-    wide.tile = MoeTileConfig::kWide128;
-    plan = planMoeCuda(p, wide);
-    EXPECT_EQ(plan.tile, MoeTileConfig::kWide128);
-    EXPECT_FALSE(plan.gather_in_gate_up);
-    EXPECT_FALSE(plan.gate_up_on_permute_words);
-    EXPECT_EQ(plan.combine_parts, 16);  // 128 hidden rows per down item
-
-    p.num_tokens = 2048;  // 128 entries per expert: down per expert, the combine after the down grid
-    plan = planMoeCuda(p, defaults);
-    EXPECT_TRUE(plan.down_per_expert);
-    EXPECT_EQ(plan.combine_parts, 0);
-
-    p.num_tokens = 4096;  // compute-bound: the down kernel waits for the gate-up grid
-    plan = planMoeCuda(p, defaults);
-    EXPECT_FALSE(plan.down_per_expert);
-    EXPECT_EQ(plan.combine_parts, 0);
-    EXPECT_TRUE(plan.gate_up_on_permute_words);
-
-    p.num_tokens = 1024;
-    MoeCudaOptions off;
-    off.combine_by_part = false;
-    EXPECT_EQ(planMoeCuda(p, off).combine_parts, 0);
-    off = MoeCudaOptions{};
-    off.down_per_expert = false;  // the combine by part needs the down kernel per expert
-    plan = planMoeCuda(p, off);
-    EXPECT_FALSE(plan.down_per_expert);
-    EXPECT_EQ(plan.combine_parts, 0);
-    off = MoeCudaOptions{};
-    off.gate_up_on_permute_words = false;
-    EXPECT_FALSE(planMoeCuda(p, off).gate_up_on_permute_words);
-    off = MoeCudaOptions{};
-    off.slot_gather = false;
-    plan = planMoeCuda(p, off);
-    EXPECT_FALSE(plan.slot_gather);
-    EXPECT_FALSE(plan.gather_in_gate_up);
-    EXPECT_FALSE(plan.gate_up_on_permute_words);
-    off = MoeCudaOptions{};
-    off.dynamic_schedule = false;
-    EXPECT_FALSE(planMoeCuda(p, off).dynamic_schedule);
-
-    // tall128g (asked for at T = 1024, kAuto's choice at 256: 16 entries per expert): no gather, but the item ring, the
-    // down kernel per expert and the combine by part of the token-TMA shapes, which need the permute kernel's words
-    // (none under the fused routing).
-    MoeCudaOptions tall_gather;
-    tall_gather.tile = MoeTileConfig::kTall128Gather;
-    for (const auto& [tokens, options] : {std::pair{int64_t{1024}, tall_gather}, std::pair{int64_t{256}, defaults}}) {
-        p.num_tokens = tokens;
-        plan = planMoeCuda(p, options);
-        EXPECT_EQ(plan.tile, MoeTileConfig::kTall128Gather) << "T " << tokens;
-        EXPECT_FALSE(plan.fused_routing) << "T " << tokens;
-        EXPECT_FALSE(plan.slot_gather) << "T " << tokens;
-        EXPECT_FALSE(plan.gather_in_gate_up) << "T " << tokens;
-        EXPECT_FALSE(plan.gate_up_on_permute_words) << "T " << tokens;
-        EXPECT_TRUE(plan.dynamic_schedule) << "T " << tokens;
-        EXPECT_TRUE(plan.down_per_expert) << "T " << tokens;
-        EXPECT_EQ(plan.combine_parts, 8) << "T " << tokens;
-    }
-    p.num_tokens = 24;  // 192 entries: the fused routing, so none of the three
-    plan = planMoeCuda(p, tall_gather);
-    EXPECT_TRUE(plan.fused_routing);
-    EXPECT_FALSE(plan.dynamic_schedule);
-    EXPECT_FALSE(plan.down_per_expert);
-    EXPECT_EQ(plan.combine_parts, 0);
-}
-
-TEST(MoeCudaTest, RejectsPairConfigWhenTheShapeDoesNotSplitInPairs) {
-    MoeParams p = validParams();
-    p.hidden = 128 * 3;
-    p.inter = 128;
-    MoeCudaOptions options;
-    options.tile = MoeTileConfig::kWide128Pair;
-    EXPECT_THROW(resolveMoeTileConfig(p, options), core::Error);
-    options.tile = MoeTileConfig::kWide128;
-    EXPECT_EQ(resolveMoeTileConfig(p, options), MoeTileConfig::kWide128);
-}
-
-TEST(MoeCudaTest, TileConfigNamesRoundTrip) {
-    for (MoeTileConfig c : kAllConfigs) {
-        MoeTileConfig parsed = MoeTileConfig::kAuto;
-        ASSERT_TRUE(parseMoeTileConfig(moeTileConfigName(c), &parsed));
-        EXPECT_EQ(parsed, c);
-    }
-    MoeTileConfig parsed = MoeTileConfig::kAuto;
-    EXPECT_FALSE(parseMoeTileConfig("huge", &parsed));
 }
 
 }  // namespace

@@ -7,7 +7,6 @@
 
 #include "kernels/cuda/kernel_launch.h"
 #include "kernels/cuda/moe_stages.h"
-#include "kernels/cuda/moe_trace_layer.cuh"
 #include "kernels/cuda/sm90_ptx.cuh"
 
 namespace afd::kernels::cuda {
@@ -80,33 +79,20 @@ __device__ __forceinline__ void combineColumns(const int32_t* slots, const float
     storeSum(acc, out_row + col);
 }
 
-__global__ void __launch_bounds__(kThreads)
-    combineKernel(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, uint16_t* out, int top_k,
-                  int hidden, uint64_t* trace_layer) {
+__global__ void __launch_bounds__(kThreads) combineKernel(const int32_t* entry_slot, const float* topk_weights,
+                                                          const uint16_t* y, uint16_t* out, int top_k, int hidden) {
     const int t = blockIdx.x;
-    if (threadIdx.x == 0) {
-        traceLayerFirst(trace_layer, kTraceLayerCombineEntry);
-    }
     sm90::gridDependencyWait();
     sm90::launchDependents();
-    if (threadIdx.x == 0) {
-        traceLayerFirst(trace_layer, kTraceLayerCombineStart);
-    }
     const int32_t* slots = entry_slot + static_cast<int64_t>(t) * top_k;
     const float* weights = topk_weights + static_cast<int64_t>(t) * top_k;
     for (int h = threadIdx.x * 8; h < hidden; h += kThreads * 8) {
         combineColumns<false>(slots, weights, top_k, y, out + static_cast<int64_t>(t) * hidden, hidden, h);
     }
-    if (trace_layer != nullptr) {
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            traceLayerLast(trace_layer, kTraceLayerCombineEnd);
-        }
-    }
 }
 
-// The combine by part (launchMoeCombineByPart): part_cols / 8 threads per token, one pass of kThreads threads per CTA:
-// CTA c sums columns [part * part_cols, (part + 1) * part_cols) of its kThreads / (part_cols / 8) tokens, part =
+// The combine by part (MoeCombineParams::parts > 0): part_cols / 8 threads per token, one pass of kThreads threads per
+// CTA: CTA c sums columns [part * part_cols, (part + 1) * part_cols) of its kThreads / (part_cols / 8) tokens, part =
 // c / chunks, once the down kernel has counted every item of that part (part_done[part] >= *total_items; thread 0
 // acquires, the CTA barrier orders the other threads' reads of y after it). No thread waits for the down grid before
 // its sums: the CTAs take the SMs the down CTAs leave and sum the blocks finished first while the last items run. The
@@ -116,7 +102,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     combineByPartKernel(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, uint16_t* out,
                         int num_tokens, int top_k, int hidden, int part_cols, int chunks, const int32_t* part_done,
-                        const int32_t* total_items, uint64_t* trace_layer) {
+                        const int32_t* total_items) {
     const int part = static_cast<int>(blockIdx.x) / chunks;
     const int chunk = static_cast<int>(blockIdx.x) - part * chunks;
     const int threads_per_token = part_cols / 8;
@@ -133,11 +119,9 @@ __global__ void __launch_bounds__(kThreads)
         weight[q] = slot[q] >= 0 ? __ldg(topk_weights + entry + q) : 0.0f;
     }
     if (threadIdx.x == 0) {
-        traceLayerFirst(trace_layer, kTraceLayerCombineEntry);
         // NOTE: the item count comes from the permute stage, whose grid completed before any gate-up CTA left its
         // SM, so before any down CTA (and this kernel, launched once every down CTA ran) started.
         sm90::waitAtLeastAcquire(part_done + part, sm90::ldAcquireGpu(total_items));
-        traceLayerFirst(trace_layer, kTraceLayerCombineStart);
     }
     __syncthreads();
     if (active && preloaded) {
@@ -156,12 +140,6 @@ __global__ void __launch_bounds__(kThreads)
         combineColumns<true>(entry_slot + entry, topk_weights + entry, top_k, y, out + static_cast<int64_t>(t) * hidden,
                              hidden, col);
     }
-    if (trace_layer != nullptr) {
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            traceLayerLast(trace_layer, kTraceLayerCombineEnd);
-        }
-    }
     if (threadIdx.x == 0) {
         sm90::gridDependencyWait();  // this grid completes after the down grid, as in a plain stream
     }
@@ -170,36 +148,29 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-cudaError_t launchMoeCombine(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, uint16_t* out,
-                             int num_tokens, int top_k, int hidden, uint64_t* trace_layer, cudaStream_t stream,
-                             bool programmatic) {
-    if (num_tokens < 1 || hidden % 8 != 0) {
+cudaError_t launchMoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
+    if (p.num_tokens < 1 || p.hidden % 8 != 0 || p.parts < 0) {
         return cudaErrorInvalidValue;
     }
     cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t config =
-        pdlLaunchConfig(static_cast<unsigned>(num_tokens), kThreads, stream, programmatic, attr);
-    return cudaLaunchKernelEx(&config, combineKernel, entry_slot, topk_weights, y, out, top_k, hidden, trace_layer);
-}
-
-cudaError_t launchMoeCombineByPart(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y,
-                                   uint16_t* out, int num_tokens, int top_k, int hidden, int parts,
-                                   const int32_t* part_done, const int32_t* total_items, uint64_t* trace_layer,
-                                   cudaStream_t stream, bool programmatic) {
-    if (num_tokens < 1 || parts < 1 || hidden % parts != 0) {
+    if (p.parts == 0) {
+        const cudaLaunchConfig_t config =
+            pdlLaunchConfig(static_cast<unsigned>(p.num_tokens), kThreads, stream, true, attr);
+        return cudaLaunchKernelEx(&config, combineKernel, p.entry_slot, p.topk_weights, p.y, p.out, p.top_k, p.hidden);
+    }
+    if (p.hidden % p.parts != 0 || p.part_done == nullptr || p.total_items == nullptr) {
         return cudaErrorInvalidValue;
     }
-    const int part_cols = hidden / parts;
+    const int part_cols = p.hidden / p.parts;
     if (part_cols % 8 != 0 || kThreads % (part_cols / 8) != 0) {
         return cudaErrorInvalidValue;
     }
     const int tokens_per_cta = kThreads / (part_cols / 8);
-    const int chunks = (num_tokens + tokens_per_cta - 1) / tokens_per_cta;
-    cudaLaunchAttribute attr[1];
+    const int chunks = (p.num_tokens + tokens_per_cta - 1) / tokens_per_cta;
     const cudaLaunchConfig_t config =
-        pdlLaunchConfig(static_cast<unsigned>(parts * chunks), kThreads, stream, programmatic, attr);
-    return cudaLaunchKernelEx(&config, combineByPartKernel, entry_slot, topk_weights, y, out, num_tokens, top_k, hidden,
-                              part_cols, chunks, part_done, total_items, trace_layer);
+        pdlLaunchConfig(static_cast<unsigned>(p.parts * chunks), kThreads, stream, true, attr);
+    return cudaLaunchKernelEx(&config, combineByPartKernel, p.entry_slot, p.topk_weights, p.y, p.out, p.num_tokens,
+                              p.top_k, p.hidden, part_cols, chunks, p.part_done, p.total_items);
 }
 
 }  // namespace afd::kernels::cuda

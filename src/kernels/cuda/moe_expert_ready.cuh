@@ -1,11 +1,11 @@
-// The down kernel starting per expert (MoeCudaOptions::down_per_expert, GroupedGemmArgs::h_ready): instead of waiting
+// The down kernel starting per expert (MoeCudaPlan::down_per_expert, GroupedGemmArgs::h_ready): instead of waiting
 // for the whole gate-up grid, each down item waits until every gate-up item of its expert has written its h rows, so
 // the down CTAs that take the SMs of finished gate-up CTAs stream while the gate-up kernel's last items still run.
 //
 // Gate-up side, per CTA: after each item both consumer warpgroups post it to a small ring in shared memory (their
 // epilogue stores ordered before the post by a warpgroup barrier and the mbarrier's release); producer warp 3 takes
 // the posts in order and adds one per item to h_ready[expert] with release at GPU scope. The consumers never stall for
-// the GPU-scope release (an inline release after each epilogue stalled its warpgroup, docs/cuda-moe-notes.md v12).
+// the GPU-scope release (an inline release after each epilogue stalled its warpgroup).
 // Down side: the producer acquires h_ready[expert] >= gate-up items of the expert, then orders its TMA loads of h after
 // it (fence.proxy.async); the last down CTA done with the counts zeroes them (releaseExpertCounts).
 #pragma once
@@ -34,7 +34,7 @@ __device__ __forceinline__ void postItemDone(const ItemDoneRing& r, int n, int e
     sm90::namedBarrierSync(barrier_id, 128);  // every thread's stores are ordered before thread 0's arrival
     if (ctid == 0) {
         const int slot = n % kSlots;
-        sm90::mbarWaitBounded<false, kColdTrap>(&r.empty[slot], ((n / kSlots) & 1) ^ 1);
+        sm90::mbarWaitBounded<kColdTrap>(&r.empty[slot], ((n / kSlots) & 1) ^ 1);
         if (wg == 0) {
             r.ring[slot] = expert;
         }
@@ -48,7 +48,7 @@ template <int kSlots, bool kColdTrap>
 __device__ void countItemsDone(const ItemDoneRing& r, int32_t* h_ready) {
     for (int n = 0;; ++n) {
         const int slot = n % kSlots;
-        sm90::mbarWaitBounded<false, kColdTrap>(&r.full[slot], (n / kSlots) & 1);
+        sm90::mbarWaitBounded<kColdTrap>(&r.full[slot], (n / kSlots) & 1);
         const int expert = r.ring[slot];
         sm90::mbarArrive(&r.empty[slot]);
         if (expert < 0) {
@@ -102,7 +102,7 @@ struct ItemDonePoller {
     __device__ __forceinline__ void finish(const ItemDoneRing& r, int32_t* counts) {
         while (!finished) {
             const int slot = n % kSlots;
-            sm90::mbarWaitBounded<false, true>(&r.full[slot], (n / kSlots) & 1);
+            sm90::mbarWaitBounded<true>(&r.full[slot], (n / kSlots) & 1);
             poll(r, counts);
         }
     }

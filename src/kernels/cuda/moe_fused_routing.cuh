@@ -1,4 +1,4 @@
-// Routing computed inside the grouped GEMM kernels for small batches (at most kFusedRoutingEntries routing
+// Routing computed inside the grouped GEMM kernels for small batches (at most kMoeFusedRoutingEntries routing
 // entries), so that no separate permute kernel sits between the router and the first weight bytes. Every CTA
 // of both GEMM kernels derives the same slots from topk_ids: slots are grouped by expert in entry order (an
 // entry's rank is the number of earlier entries on its expert), which is deterministic. The gate-up kernel's
@@ -106,7 +106,7 @@ __device__ __forceinline__ int fusedRoutingWarp(const GroupedGemmArgs& args, int
     return rows;
 }
 
-// Shared-memory scratch: ids [kFusedRoutingEntries], slot tokens [kFusedRoutingEntries], counts [E].
+// Shared-memory scratch: ids [kMoeFusedRoutingEntries], slot tokens [kMoeFusedRoutingEntries], counts [E].
 __device__ __forceinline__ void fusedRouting(const GroupedGemmArgs& args, int block_tokens, bool write_outputs,
                                              int* s_ids, int* s_slot_token, int* s_counts, int* tiles, int* slots) {
     const int n = args.fused_entries;

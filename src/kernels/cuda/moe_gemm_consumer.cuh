@@ -19,16 +19,14 @@
 
 namespace afd::kernels::cuda::grouped_gemm {
 
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
-struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster> {
-    using Base = KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
+struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens> {
+    using Base = KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
     using L = typename Base::L;
     using Shared = typename Base::Shared;
     using Base::consumerGatherSlots;
     using Base::itemAt;
     using Base::takeItem;
-    using Base::trace;
-    using Base::traceNow;
     using Base::waitBar;
 
     // Writes the item's outputs from the accumulator through the consumer's staging buffer, 64 tokens a pass.
@@ -76,14 +74,13 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
             sm90::namedBarrierSync(1 + wg, kWarpgroup);
             const int rows = min(kChunk, item.ntok - ch * kChunk);
             // NOTE: not unrolled: the kernels run from a smaller code footprint. Unrolled (nvcc's default here) the
-            // wide288 kernels were 3 % slower at T = 4096 (docs/cuda-moe-notes.md, v11).
+            // wide288 kernels were 3 % slower at T = 4096.
 #pragma unroll 1
-            for (int idx = ctid; idx < (kDiagSkipStores ? 0 : rows * kVecPerRow); idx += kWarpgroup) {
+            for (int idx = ctid; idx < rows * kVecPerRow; idx += kWarpgroup) {
                 const int r = idx / kVecPerRow;
                 const int v = idx - r * kVecPerRow;
                 const uint4 val = *reinterpret_cast<const uint4*>(stg + r * kStride + v * 8);
-                const int64_t slot = (kGateUp ? kDiagNarrowH : kDiagNarrowY) ? (item.slot_base + ch * kChunk + r) & 127
-                                                                             : item.slot_base + ch * kChunk + r;
+                const int64_t slot = item.slot_base + ch * kChunk + r;
                 *reinterpret_cast<uint4*>(args.out + slot * args.out_ld + col0 + v * 8) = val;
             }
         }
@@ -101,25 +98,10 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
             }
         }
         int prev_stage = 0;
-        // kDiagLoadTokens: this thread's 16-byte pieces of its warpgroup's 64 token rows (rows 64 wg + ctid / 8 + 16 q,
-        // piece ctid % 8 of the k-block), loaded one k-block ahead of their use and folded into `sink`.
-        [[maybe_unused]] int diag_row[kDiagTokenPieces];
-        [[maybe_unused]] uint4 diag_pending[kDiagTokenPieces];
-        [[maybe_unused]] uint32_t diag_sink = 0;
-        if constexpr (kDiagTokenLoads) {
-            diagTokenRows(args, item, wg, ctid, diag_row);
-#pragma unroll
-            for (int q = 0; q < kDiagTokenPieces; ++q) {
-                diag_pending[q] = make_uint4(0, 0, 0, 0);
-            }
-        }
         for (int kb = 0; kb < k_blocks; ++kb, ++iter) {
             const int stage = iter % kStages;
             const uint32_t phase = (iter / kStages) & 1;
             waitBar(&sh.full[stage], phase);
-            if (iter == 0 && wg == 0 && ctid == 0) {
-                traceNow(args, kTraceFirstData);
-            }
             if constexpr (!kTmaTokens) {
                 sm90::fenceProxyAsyncShared();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
             }
@@ -139,11 +121,8 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
 #pragma unroll
                 for (int mb = 0; mb < kMBlocks; ++mb) {
                     // +32 bytes of K per step = +2 in the descriptor's 16-byte address units; +8 KB per block.
-                    if constexpr (!kDiagSkipMma) {
-                        sm90::wgmmaColumns<N>(acc[mb],
-                                              desc_a + 2 * kk + mb * ((kWeightRowsPerConsumer * kRowBytes) >> 4),
-                                              desc_b + 2 * kk, (kb > 0 || kk > 0) ? 1 : 0);
-                    }
+                    sm90::wgmmaColumns<N>(acc[mb], desc_a + 2 * kk + mb * ((kWeightRowsPerConsumer * kRowBytes) >> 4),
+                                          desc_b + 2 * kk, (kb > 0 || kk > 0) ? 1 : 0);
                 }
             }
             sm90::wgmmaCommit();
@@ -153,9 +132,6 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                 for (int i = 0; i < N / 2; ++i) {
                     sm90::fenceOperand(acc[mb][i]);
                 }
-            }
-            if constexpr (kDiagTokenLoads) {
-                diagLoadTokens(args, kb, ctid, diag_row, diag_pending, diag_sink);
             }
             if (args.release_early) {
                 // Memory-bound tiles: the stage goes back to the producer as soon as its wgmma retire, one stage
@@ -176,17 +152,8 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                 sm90::fenceOperand(acc[mb][i]);
             }
         }
-        if constexpr (kDiagTokenLoads) {
-            diagLoadTokens(args, -1, ctid, diag_row, diag_pending, diag_sink);
-            if (args.trace != nullptr && diag_sink == 0x9e3779b9u) {  // keeps the loads; (almost) never true
-                trace(args, kTraceEnd, diag_sink);
-            }
-        }
         if (!args.release_early) {
             releaseStage(sh, prev_stage, ctid);
-        }
-        if (wg == 0 && ctid == 0) {
-            traceNow(args, kTraceLastMma);
         }
 #pragma unroll
         for (int mb = 0; mb < kMBlocks; ++mb) {
@@ -198,48 +165,6 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                                        item.n_tile * L::kBlocks + block, wg, ctid,
                                        reinterpret_cast<int*>(sh.base + L::kEpiOffset + wg * L::kEpiBytes));
                 }
-            }
-        }
-    }
-
-    // kDiagLoadTokens, in tall128 only (the token-TMA tile of two consumers of two blocks).
-    static constexpr bool kDiagTokenLoads = kDiagLoadTokens && kTmaTokens && kConsumers == 2 && kMBlocks == 2;
-    static constexpr int kDiagTokenPieces = 4;  // 64 rows x 8 pieces of 16 bytes / 128 threads
-
-    // Element offsets of this thread's rows in the token source (diagTokenSource), -1 past the item's tokens.
-    __device__ __forceinline__ static void diagTokenRows(const GroupedGemmArgs& args, const Item& item, int wg,
-                                                         int ctid, int (&rows)[kDiagTokenPieces]) {
-#pragma unroll
-        for (int q = 0; q < kDiagTokenPieces; ++q) {
-            const int r = 64 * wg + (ctid >> 3) + 16 * q;
-            int offset = -1;
-            if (r < item.ntok) {
-                const int slot = item.slot_base + r;
-                const int src_row = kGateUp && args.gather_x != nullptr ? __ldg(args.slot_token + slot) : slot;
-                offset = src_row * args.b_ld + (ctid & 7) * 8;  // the diagnostic shapes stay below 2^31 elements
-            }
-            rows[q] = offset;
-        }
-    }
-
-    // The rows the loads read: x (rows through slot_token) in the gate-up kernels that gather their own rows, else the
-    // rows in slot order the token boxes read (x_sorted, h).
-    __device__ __forceinline__ static const uint16_t* diagTokenSource(const GroupedGemmArgs& args) {
-        return kGateUp && args.gather_x != nullptr ? args.gather_x : args.b_src;
-    }
-
-    // Folds the pieces loaded for the previous k-block into `sink`, then loads k-block kb's (none for kb < 0).
-    __device__ __forceinline__ static void diagLoadTokens(const GroupedGemmArgs& args, int kb, int ctid,
-                                                          const int (&rows)[kDiagTokenPieces],
-                                                          uint4 (&pending)[kDiagTokenPieces], uint32_t& sink) {
-        const uint16_t* src = diagTokenSource(args);
-#pragma unroll
-        for (int q = 0; q < kDiagTokenPieces; ++q) {
-            sink ^= pending[q].x ^ pending[q].y ^ pending[q].z ^ pending[q].w;
-            if (kb >= 0 && rows[q] >= 0 && kb * kBlockK + (ctid & 7) * 8 < args.k) {
-                pending[q] = sm90::ldGlobalV4(src + rows[q] + kb * kBlockK);
-            } else {
-                pending[q] = make_uint4(0, 0, 0, 0);
             }
         }
     }
@@ -259,22 +184,15 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
         }
     }
 
-    // The consumer thread's wgmma reading `stage` have retired: release it to the producer (of both CTAs).
-    __device__ __forceinline__ static void releaseStage(const Shared& sh, int stage, int ctid) {
-        if constexpr (kCluster == 1) {
-            sm90::mbarArrive(&sh.empty[stage]);
-        } else if ((ctid & 31) == 0) {
-#pragma unroll
-            for (int r = 0; r < kCluster; ++r) {
-                sm90::mbarArriveCluster(&sh.empty[stage], static_cast<uint32_t>(r));
-            }
-        }
+    // The consumer thread's wgmma reading `stage` have retired: release it to the producer. NOTE: ctid is unused;
+    // without the parameter nvcc schedules two register moves of the tiny8 kernels in the other order.
+    __device__ __forceinline__ static void releaseStage(const Shared& sh, int stage, [[maybe_unused]] int ctid) {
+        sm90::mbarArrive(&sh.empty[stage]);
     }
 
     __device__ static void consume(const GroupedGemmArgs& args, const Shared& sh, int total_items, int k_blocks,
                                    int wg) {
         const int ctid = threadIdx.x - kWarpgroup * (wg + 1);
-        int consumed = 0;
         if constexpr (!kGateUp) {
             if (args.combine.out != nullptr && sh.tiles[sh.rows] == 0 && blockIdx.x == 0 && wg == 0) {
                 // No entry is served here: no arrival will combine, and the layer's output is zero.
@@ -291,7 +209,7 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                 }
                 gatherSlotsByWarps<8, 1>(args.gather_x, args.slot_token, args.gather_out, args.k, sh.slots, sh.rows,
                                          args.gathered, 0, consumerGatherSlots(), kConsumers * (kWarpgroup / 32),
-                                         wg * (kWarpgroup / 32) + (ctid >> 5), nullptr);
+                                         wg * (kWarpgroup / 32) + (ctid >> 5));
             }
         }
         int iter = 0;
@@ -300,9 +218,6 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
         for (int it = sh.dynamic ? takeItem(sh, taken++) : sh.item_begin; it >= 0 && it < total_items;
              it = sh.dynamic ? takeItem(sh, taken++) : it + sh.item_stride) {
             const Item item = itemAt(it, args, sh);
-            if (wg == 0 && ctid == 0) {
-                trace(args, kTraceItems, static_cast<uint64_t>(++consumed));
-            }
             // No code for widths paddedTokens never returns (below kMinPaddedTokens, above kBlockTokens).
             constexpr int kMinN = kMinPaddedTokens<kBlockTokens>;
             switch (paddedTokens<kBlockTokens>(item.ntok)) {
@@ -340,14 +255,6 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                     }
                     break;
             }
-            if (wg == 0 && ctid == 0 && args.trace != nullptr && consumed <= kMoeTraceLoggedItems) {
-                const int word = kTraceItemLog + (consumed - 1) * kMoeTraceItemWords;
-                traceNow(args, word);
-                trace(args, word + 1,
-                      static_cast<uint64_t>(item.expert) | (static_cast<uint64_t>(item.ntok) << 16) |
-                          (static_cast<uint64_t>(item.expert_tiles) << 32));
-                trace(args, word + 2, static_cast<uint64_t>(k_blocks) * L::kABytes);
-            }
             if constexpr (Base::kCountsHReady) {
                 if (args.h_ready != nullptr) {  // this item's h rows are stored
                     postItemDone<L::kItemSlots, L::kRebalanceRegs>(sh.done, posted++, item.expert, wg, ctid, 1 + wg);
@@ -368,9 +275,6 @@ struct Consumer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
             if (args.part_done != nullptr) {
                 postItemDone<L::kItemSlots, L::kRebalanceRegs>(sh.done, posted, -1, wg, ctid, 1 + wg);
             }
-        }
-        if (wg == 0 && ctid == 0) {
-            traceNow(args, kTraceEnd);
         }
     }
 };

@@ -1,5 +1,6 @@
 // Host side of the grouped expert GEMMs: sizes the persistent grid and launches one configuration's kernels
-// (moe_grouped_gemm.cuh), and AFD_DEFINE_GROUPED_GEMM, which each per-configuration .cu file expands once.
+// (moe_grouped_gemm.cuh), and launchGroupedGemm<tile>, which each configuration's .cu file instantiates once
+// (AFD_INSTANTIATE_GROUPED_GEMM).
 #pragma once
 
 #include <cuda.h>
@@ -13,24 +14,23 @@
 
 namespace afd::kernels::cuda::grouped_gemm {
 
-// Host side: sizes the persistent grid from the occupancy and launches (programmatic serialization optional).
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
-cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const CUtensorMap& tmap_b_full,
-                   const GroupedGemmArgs& args, int sm_count, cudaStream_t stream, bool programmatic) {
-    using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
+// Sizes the persistent grid from the occupancy and launches with programmatic dependent launch.
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
+cudaError_t launch(const GroupedGemmParams& params, cudaStream_t stream) {
+    const GroupedGemmArgs& args = params.args;
+    using L = Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
     void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, GroupedGemmArgs) = nullptr;
     if constexpr (L::kStreamsBesideGather) {
-        kernel =
-            groupedGemmKernelBesideGather<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
+        kernel = groupedGemmKernelBesideGather<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
     } else {
-        kernel = groupedGemmKernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
+        kernel = groupedGemmKernel<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
     }
     const size_t smem = L::bytes(args.num_experts);
     // The shared-memory limit is raised to the most any expert count needs.
     static std::atomic<uint64_t> configured_devices{0};
     cudaError_t err = configureOncePerDevice(configured_devices, [&] {
         cudaError_t set = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(L::bytes(kMaxPermuteExperts)));
+                                               static_cast<int>(L::bytes(kMoeMaxExperts)));
         if (set != cudaSuccess) {
             return set;
         }
@@ -47,58 +47,46 @@ cudaError_t launch(const CUtensorMap& tmap, const CUtensorMap& tmap_b, const CUt
     config.blockDim = dim3(L::kThreads);
     config.dynamicSmemBytes = smem;
     config.stream = stream;
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kCluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = attr;
-    int resident = 0;  // CTAs that fit on the device at once
-    if constexpr (kCluster == 1) {
-        int blocks_per_sm = 0;
-        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, L::kThreads, smem);
-        resident = blocks_per_sm * sm_count;
-    } else {
-        config.gridDim = dim3(static_cast<unsigned>(kCluster * sm_count));
-        config.numAttrs = 1;
-        int clusters = 0;
-        err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
-        resident = clusters * kCluster;
-    }
+    config.numAttrs = 1;
+    int blocks_per_sm = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, L::kThreads, smem);
     if (err != cudaSuccess) {
         return err;
     }
-    if (resident < kCluster) {
+    int resident = blocks_per_sm * params.sm_count;  // CTAs that fit on the device at once
+    if (resident < 1) {
         return cudaErrorInvalidConfiguration;
     }
     const int64_t max_items = static_cast<int64_t>(args.max_token_tiles) * args.n_tiles;
     if (max_items > 0 && max_items < resident) {
-        resident = static_cast<int>((max_items + kCluster - 1) / kCluster * kCluster);
+        resident = static_cast<int>(max_items);
     }
     config.gridDim = dim3(static_cast<unsigned>(resident));
-    // The cluster attribute only for clusters (a plain launch keeps its former configuration), then PDL.
-    config.attrs = kCluster == 1 ? attr + 1 : attr;
-    config.numAttrs = (kCluster == 1 ? 0 : 1) + (programmatic ? 1 : 0);
-    return cudaLaunchKernelEx(&config, kernel, tmap, tmap_b, tmap_b_full, args);
+    return cudaLaunchKernelEx(&config, kernel, params.weights, params.tokens, params.full_tokens, args);
 }
 
 }  // namespace afd::kernels::cuda::grouped_gemm
 
-// Defines launchGroupedGemm<name> for the shape constant k<name>Shape (moe_grouped_gemm.h).
-#define AFD_DEFINE_GROUPED_GEMM(name)                                                                                 \
-    namespace afd::kernels::cuda {                                                                                    \
-    cudaError_t launchGroupedGemm##name(bool gate_up, const CUtensorMap& tmap_a, const CUtensorMap& tmap_b,           \
-                                        const CUtensorMap& tmap_b_full, const GroupedGemmArgs& args, int sm_count,    \
-                                        cudaStream_t stream, bool programmatic) {                                     \
-        constexpr TileShape s = k##name##Shape;                                                                       \
-        return gate_up ? grouped_gemm::launch<true, s.consumers, s.m_blocks, s.block_tokens,                          \
-                                              (s.gate_up_stages > 0 ? s.gate_up_stages : s.stages), s.tma_tokens,     \
-                                              s.cluster>(tmap_a, tmap_b, tmap_b_full, args, sm_count, stream,         \
-                                                         programmatic)                                                \
-                       : grouped_gemm::launch<false, s.consumers, s.m_blocks, s.block_tokens, s.stages, s.tma_tokens, \
-                                              s.cluster>(tmap_a, tmap_b, tmap_b_full, args, sm_count, stream,         \
-                                                         programmatic);                                               \
-    }                                                                                                                 \
-    }
+namespace afd::kernels::cuda {
+
+template <MoeTileConfig kTile>
+cudaError_t launchGroupedGemm(const GroupedGemmParams& params, cudaStream_t stream) {
+    constexpr MoeTileShape s = moeTileShape(kTile);
+    constexpr int kGateUpStages = s.gate_up_stages > 0 ? s.gate_up_stages : s.stages;
+    return params.gate_up
+               ? grouped_gemm::launch<true, s.consumers, s.m_blocks, s.block_tokens, kGateUpStages, s.tma_tokens>(
+                     params, stream)
+               : grouped_gemm::launch<false, s.consumers, s.m_blocks, s.block_tokens, s.stages, s.tma_tokens>(params,
+                                                                                                              stream);
+}
+
+}  // namespace afd::kernels::cuda
+
+// The launcher of configuration `tile` (an enumerator of MoeTileConfig), instantiated in its .cu file.
+#define AFD_INSTANTIATE_GROUPED_GEMM(tile)                            \
+    template cudaError_t afd::kernels::cuda::launchGroupedGemm<tile>( \
+        const afd::kernels::cuda::GroupedGemmParams& params, cudaStream_t stream)

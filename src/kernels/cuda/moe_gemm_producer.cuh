@@ -19,9 +19,9 @@
 
 namespace afd::kernels::cuda::grouped_gemm {
 
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
-struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster> {
-    using Base = KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
+struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens> {
+    using Base = KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
     using L = typename Base::L;
     using Shared = typename Base::Shared;
     using Base::consumerGatherSlots;
@@ -29,11 +29,8 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
     using Base::fullBoxes;
     using Base::itemAt;
     using Base::publishItem;
-    using Base::receivePairItem;
-    using Base::sendPairItem;
     using Base::tokenBoxes;
     using Base::tokenBoxRows;
-    using Base::traceNow;
     using Base::waitBar;
     // 16-byte vectors of a row each lane of a gathering warp holds at once: the producer of the register-rebalanced
     // shapes has 72 registers.
@@ -50,24 +47,12 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                                                         uint64_t policy) {
         uint8_t* a = sh.base + L::kAOffset + stage * L::kABytes;
         uint64_t* bar = &sh.full[stage];
-        bool skip_weights = kDiagSkipWeights;
-        if constexpr (kDiagSkipPairedHotWeights) {
-            // The item's token tile m (rows are experts in the token-TMA shapes): slot_base = the expert's first slot
-            // + m * multiTileTokens.
-            if (item.expert_tiles > 1 && sh.experts == nullptr) {
-                const int m = (item.slot_base - sh.slots[item.expert]) / multiTileTokens(kBlockTokens);
-                skip_weights = (m & 1) != 0;
-            }
-        }
-        uint32_t tx = skip_weights ? 0 : L::kABytes;
-        if constexpr (kTmaTokens && !kDiagSkipTokens) {
+        uint32_t tx = L::kABytes;
+        if constexpr (kTmaTokens) {
             const int npad = paddedTokens<kBlockTokens>(item.ntok);
             tx += tokenBoxes(npad) * tokenBoxRows(npad) * kRowBytes;
         }
         sm90::mbarArriveExpectTx(bar, tx);
-        if (skip_weights) {
-            return;
-        }
         // box {64 k, 64 rows, kBlocks units of 64 rows, 1 k-block, 1 expert}: kBlocks blocks of 8 KB, one run of
         // contiguous memory (moe_pack_weights.cu: gate-up units interleave gate and up rows by 8)
         sm90::tmaLoad5d(a, tmap, bar, 0, 0, item.n_tile * L::kBlocks, kb, item.expert, policy);
@@ -75,22 +60,16 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
 
     // kTmaTokens: the item's token rows [slot_base, slot_base + npad) of b_src in tokenBoxes(npad) boxes (rows
     // past the expert's tokens belong to other experts or are zero-filled past the end; their columns are never
-    // stored). With kCluster = 2 this CTA issues its boxes into both CTAs.
+    // stored).
     __device__ __forceinline__ static void issueTokenBoxes(const CUtensorMap* tmap_b, const CUtensorMap* tmap_b_full,
                                                            const Shared& sh, int stage, const Item& item, int npad,
                                                            int kb, uint64_t policy) {
         uint8_t* b = sh.base + L::kBOffset + stage * L::kBBytes;
         const CUtensorMap* tmap = fullBoxes(npad) ? tmap_b_full : tmap_b;
         const int rows = tokenBoxRows(npad);
-        for (int box = sh.rank; box < tokenBoxes(npad); box += kCluster) {
-            if constexpr (kCluster == 1) {
-                sm90::tmaLoad2d(b + box * rows * kRowBytes, tmap, &sh.full[stage], kb * kBlockK,
-                                item.slot_base + box * rows, policy);
-            } else {
-                sm90::tmaLoad2dMulticast(b + box * rows * kRowBytes, tmap, &sh.full[stage], kb * kBlockK,
-                                         item.slot_base + box * rows, static_cast<uint16_t>((1u << kCluster) - 1),
-                                         policy);
-            }
+        for (int box = 0; box < tokenBoxes(npad); ++box) {
+            sm90::tmaLoad2d(b + box * rows * kRowBytes, tmap, &sh.full[stage], kb * kBlockK,
+                            item.slot_base + box * rows, policy);
         }
     }
 
@@ -152,12 +131,9 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                 if (args.permute_ready != nullptr) {
                     sm90::waitAtLeastAcquire(args.permute_ready + 1, args.permute_ready_ctas);  // slot_token
                 }
-                uint64_t* const stamp = args.trace != nullptr && blockIdx.x < static_cast<unsigned>(kMoeTraceMaxCtas)
-                                            ? args.trace + blockIdx.x * kMoeTraceSlots + kTraceGatherFirst
-                                            : nullptr;
                 gatherSlotsByWarps<kGatherVectors, kGatherRows>(args.gather_x, args.slot_token, args.gather_out, args.k,
                                                                 sh.slots, sh.rows, args.gathered, consumerGatherSlots(),
-                                                                INT_MAX, gather_warps, (ptid >> 5) - 1, stamp);
+                                                                INT_MAX, gather_warps, (ptid >> 5) - 1);
             }
             if (ptid == 96 && args.h_ready != nullptr) {
                 countItemsDone<L::kItemSlots, L::kRebalanceRegs>(sh.done, args.h_ready);
@@ -177,9 +153,6 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
         }
         const uint64_t token_policy = sm90::policyEvictLast();
         int prefetched = 0;
-        if (ptid == 0) {
-            traceNow(args, kTraceFirstLoad);
-        }
         // The gate-up kernels that gather their own token rows stream their first weights before the first expert's
         // rows are complete (they waited for the previous kernel at the start).
         bool prefetch_block = !kGateUp || L::kStreamsBesideGather;
@@ -214,9 +187,6 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                 sm90::waitAtLeastAcquire(args.permute_ready + 1, args.permute_ready_ctas);
             }
             sm90::launchDependents();
-            if (ptid == 0) {
-                traceNow(args, kTraceDependency);
-            }
         }
         if (kTmaTokens && ptid != 0) {
             return;  // one thread issues every copy
@@ -231,23 +201,16 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
         const bool counting = counts != nullptr && ptid == 0;
         ItemDonePoller<L::kItemSlots> poller;
         [[maybe_unused]] int ready_expert = -1;
-        [[maybe_unused]] uint64_t waited_ns = 0;  // diagnostics: in waitExpertRows / waitExpertReady (kTraceWaited)
         int iter = 0;
         int next = 0;
         int it = sh.item_begin;
-        // n: the CTA's n-th item (dynamic scheduling hands each to the consumers, and with CTA pairs rank 0's
-        // number to rank 1).
+        // n: the CTA's n-th item (dynamic scheduling hands each to the consumers).
         for (int n = 0;; ++n) {
             if (n > 0) {
                 if (!sh.dynamic) {
                     it += sh.item_stride;
-                } else if (sh.rank == 0) {
-                    it = next;
-                    if constexpr (kCluster > 1) {
-                        sendPairItem(sh, n, it);
-                    }
                 } else {
-                    it = receivePairItem(sh, n);
+                    it = next;
                 }
             }
             if (sh.dynamic) {
@@ -273,15 +236,10 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                 } else {
                     publishItem(sh, n, it < total_items ? it : -1);
                     if (it >= total_items) {
-                        if (sh.rank == 0) {
-                            finishTaking(args);
-                        }
+                        finishTaking(args);
                         break;
                     }
-                    if (sh.rank == 0) {
-                        // In flight while this item's copies are issued.
-                        next = sh.item_stride + atomicAdd(args.schedule, 1);
-                    }
+                    next = sh.item_stride + atomicAdd(args.schedule, 1);  // in flight while the copies are issued
                 }
             } else if (it >= total_items) {
                 break;
@@ -310,13 +268,9 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                     // The down kernel per expert: the item's expert's h rows are stored. In tall128g every producer
                     // thread acquires the count before it copies its rows of h.
                     if (kb == 0 && args.h_ready != nullptr && item.expert != ready_expert) {
-                        const uint64_t wait_start = args.trace != nullptr ? sm90::globalTimer() : 0;
                         waitExpertReady(
                             args.h_ready, item.expert,
                             args.h_ready_items_per_tile * (sh.tiles[item.expert + 1] - sh.tiles[item.expert]));
-                        if (args.trace != nullptr) {
-                            waited_ns += sm90::globalTimer() - wait_start;
-                        }
                         ready_expert = item.expert;
                     }
                 }
@@ -325,25 +279,14 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                         // The item's expert's rows of x_sorted are written (once per run of items of one expert).
                         // NOTE: rows = experts (no fused routing for the token-TMA shapes): row e is expert e.
                         if (kb == 0 && args.gathered != nullptr && item.expert != ready_expert) {
-                            const uint64_t wait_start = args.trace != nullptr ? sm90::globalTimer() : 0;
                             waitExpertRows(args.gathered, item.expert,
                                            sh.slots[item.expert + 1] - sh.slots[item.expert]);
-                            if (args.trace != nullptr) {
-                                waited_ns += sm90::globalTimer() - wait_start;
-                            }
-                            if (ready_expert < 0) {
-                                traceNow(args, kTraceRowsReady);
-                            }
                             ready_expert = item.expert;
                         }
                     }
-                    if constexpr (!kDiagSkipTokens) {
-                        issueTokenBoxes(tmap_b, tmap_b_full, sh, stage, item, npad, kb, token_policy);
-                    }
+                    issueTokenBoxes(tmap_b, tmap_b_full, sh, stage, item, npad, kb, token_policy);
                 } else {
-                    if constexpr (!kDiagSkipTokens) {
-                        issueTokens(args, sh, stage, offsets, npad, kb, ptid, token_policy);
-                    }
+                    issueTokens(args, sh, stage, offsets, npad, kb, ptid, token_policy);
                     sm90::cpAsyncArriveNoinc(&sh.full[stage]);
                     if (counting) {
                         poller.poll(sh.done, counts);
@@ -368,12 +311,6 @@ struct Producer : KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kSta
                 if (ptid == 0) {
                     releaseExpertCounts(args.h_ready, args.h_ready_exit, args.num_experts);
                 }
-            }
-        }
-        if (ptid == 0) {
-            traceNow(args, kTraceProducerDone);
-            if constexpr (kTmaTokens || L::kTall128Gather) {
-                Base::trace(args, kTraceWaited, waited_ns);
             }
         }
     }

@@ -1,5 +1,5 @@
-// Gate-up and down grouped GEMM kernels of the Tall128 tile configuration (kTall128Shape in moe_grouped_gemm.h):
-// 256 weight rows (two consumers x two 64-row blocks) x up to 128 tokens per item.
+// The gate-up and down grouped GEMM kernels of tile configuration tall128 (kMoeTiles in kernels/moe_cuda_plan.h), one
+// file per configuration so that they compile in parallel.
 #include "kernels/cuda/moe_gemm_launch.cuh"
 
-AFD_DEFINE_GROUPED_GEMM(Tall128)
+AFD_INSTANTIATE_GROUPED_GEMM(afd::kernels::MoeTileConfig::kTall128);

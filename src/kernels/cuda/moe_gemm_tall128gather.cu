@@ -1,5 +1,5 @@
-// Gate-up and down grouped GEMM kernels of the Tall128Gather tile configuration (kTall128GatherShape in
-// moe_grouped_gemm.h): tall128's 256 weight rows x up to 128 tokens per item, token rows by cp.async from x and h.
+// The gate-up and down grouped GEMM kernels of tile configuration tall128g (kMoeTiles in kernels/moe_cuda_plan.h), one
+// file per configuration so that they compile in parallel.
 #include "kernels/cuda/moe_gemm_launch.cuh"
 
-AFD_DEFINE_GROUPED_GEMM(Tall128Gather)
+AFD_INSTANTIATE_GROUPED_GEMM(afd::kernels::MoeTileConfig::kTall128Gather);

@@ -9,7 +9,6 @@
 #include <cstdint>
 
 #include "kernels/cuda/moe_grouped_gemm.h"
-#include "kernels/cuda/moe_stages.h"
 #include "kernels/cuda/moe_token_tiles.cuh"
 #include "kernels/cuda/sm90_ptx.cuh"
 
@@ -20,13 +19,13 @@ inline constexpr int kRowBytes = 128;
 inline constexpr int kWarpgroup = 128;  // threads
 inline constexpr int kWeightRowsPerConsumer = 64;
 
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
 struct Layout {
     static constexpr int kBlocks = kConsumers * kMBlocks;                         // 64-row blocks per item
     static constexpr int kABytes = kBlocks * kWeightRowsPerConsumer * kRowBytes;  // per stage
     static constexpr int kBBytes = kBlockTokens * kRowBytes;                      // per stage
-    // Tokens per epilogue pass (32 for tiles over 256 tokens, whose four stages leave room for no more staging;
-    // 48-token passes in the gate-up kernel measured slower, docs/cuda-moe-notes.md v10).
+    // Tokens per epilogue pass: 32 for tiles over 256 tokens, whose four stages leave room for no more staging
+    // (48-token passes in the gate-up kernel measured slower).
     static constexpr int kEpiTokens = kBlockTokens < 64 ? kBlockTokens : (kBlockTokens > 256 ? 32 : 64);
     static constexpr int kEpiCols = kGateUp ? 32 : 64;  // outputs per token and consumer
     static constexpr int kEpiStride = kEpiCols + 8;     // bf16; the pad makes the staging stores conflict-free
@@ -40,30 +39,29 @@ struct Layout {
     static constexpr int kItemSlots = 4;
     static constexpr int kItemBarOffset = kBarOffset + 2 * kStages * 8;
     static constexpr int kItemRingOffset = kItemBarOffset + 2 * kItemSlots * 8;
-    // CTA pairs (kCluster = 2): rank 0's producer takes each next item and hands it to rank 1's producer through
-    // a ring in rank 1's shared memory (full barriers and words there, empty barriers in rank 0).
-    static constexpr int kPairBarOffset = kItemRingOffset + kItemSlots * 8;  // 8-byte aligned after the ring
-    static constexpr int kPairRingOffset = kPairBarOffset + 2 * kItemSlots * 8;
+    // NOTE: 2 kItemSlots barriers and 16 bytes that nothing uses follow the ring (the kernel initialises the barriers):
+    // the gap keeps every later offset, and so the kernels' machine code, as it was measured.
+    static constexpr int kSpareBarOffset = kItemRingOffset + kItemSlots * 8;
     // The gate-up items done, posted by the consumers to the thread that counts them (moe_expert_ready.cuh): full and
     // empty barriers, then the experts.
-    static constexpr int kDoneBarOffset = (kPairRingOffset + kItemSlots * 4 + 7) / 8 * 8;
+    static constexpr int kDoneBarOffset = kSpareBarOffset + 2 * kItemSlots * 8 + 16;
     static constexpr int kDoneRingOffset = kDoneBarOffset + 2 * kItemSlots * 8;
     static constexpr int kPrefixOffset = kDoneRingOffset + kItemSlots * 4;
-    // tall128g (isTall128Gather in moe_grouped_gemm.h): the cp.async shape whose 128 producer threads take every item
-    // from the item ring too, and whose producer thread 0 counts finished items between its copies.
-    static constexpr bool kTall128Gather = !kTmaTokens && kConsumers == 2 && kMBlocks == 2 && kCluster == 1;
+    // tall128g (isTall128Gather in kernels/moe_cuda_plan.h): the cp.async shape whose 128 producer threads take every
+    // item from the item ring too, and whose producer thread 0 counts finished items between its copies.
+    static constexpr bool kTall128Gather = !kTmaTokens && kConsumers == 2 && kMBlocks == 2;
     // Threads that read each handed-over item: the consumers, and in tall128g the 128 producer threads (thread 0
     // publishes each item, then reads it as the others do; the token-TMA producer's single thread takes them).
     static constexpr int kItemReaders = kConsumers * kWarpgroup + (kTall128Gather ? kWarpgroup : 0);
-    // After the prefixes [2 (E + 1)]: fused-routing scratch, ids and slot tokens [kFusedRoutingEntries] each,
+    // After the prefixes [2 (E + 1)]: fused-routing scratch, ids and slot tokens [kMoeFusedRoutingEntries] each,
     // counts [E].
     static constexpr int kThreads = kWarpgroup * (kConsumers + 1);
     static constexpr int kRowsPerThread = kBlockTokens >= 16 ? kBlockTokens / 16 : 1;  // cp.async token rows
-    // Rows of one token TMA box, and whether a full token tile (kBlockTokens / kCluster rows per CTA) goes in one box
-    // (TMA boxes have at most 256 rows). Tiles over 256 tokens load boxes of 96 rows, which divide 288 (64-row boxes
-    // for their items of up to 256 tokens measured slower, docs/cuda-moe-notes.md v10).
+    // Rows of one token TMA box, and whether a full token tile goes in one box (TMA boxes have at most 256 rows).
+    // Tiles over 256 tokens load boxes of 96 rows, which divide 288 (64-row boxes for their items of up to 256 tokens
+    // measured slower).
     static constexpr int kTokenBoxRows = kBlockTokens < 64 ? kBlockTokens : (kBlockTokens > 256 ? 96 : 64);
-    static constexpr bool kFullTokenBox = kBlockTokens / kCluster <= 256;
+    static constexpr bool kFullTokenBox = kBlockTokens <= 256;
     // Tiles over 256 tokens hold more than 128 accumulators per consumer thread: the producer warpgroup gives
     // registers to the consumers (setmaxnreg): 384 threads launch with 168 each, the producer keeps kProducerRegs.
     static constexpr bool kRebalanceRegs = kBlockTokens > 256;
@@ -71,34 +69,34 @@ struct Layout {
     static constexpr int kConsumerRegs = 216;  // (168 * 384 - 72 * 128) / 256
     static_assert(kBOffset % 1024 == 0 && kEpiOffset % 1024 == 0, "stages must stay 1024-byte aligned");
     static_assert(kEpiBytes % 16 == 0 && kBarOffset % 8 == 0, "staging and barriers alignment");
+    static_assert(kItemRingOffset + kItemSlots * 4 <= kDoneBarOffset && kDoneBarOffset % 8 == 0, "item ring");
     static_assert(kBlocks * kWeightRowsPerConsumer <= 256, "a weight TMA box has <= 256 rows");
-    static_assert(kFullTokenBox || (kBlockTokens % kTokenBoxRows == 0 && kCluster == 1),
+    static_assert(kFullTokenBox || kBlockTokens % kTokenBoxRows == 0,
                   "token tiles over 256 rows load whole boxes of kTokenBoxRows");
     static_assert(!kRebalanceRegs || (kConsumers == 2 && kProducerRegs + 2 * kConsumerRegs <= 3 * 168),
                   "register rebalancing assumes 384 threads of 168 registers");
-    static_assert(kCluster == 1 || (kCluster == 2 && kTmaTokens), "clusters multicast token TMA boxes");
     // CTAs per SM the registers must allow: the 8-token pipeline (51 KB of shared memory in the down kernel) runs up
     // to four, the other one-consumer shapes two.
     static constexpr int kMinCtasPerSm = kConsumers > 1 ? 1 : (kBlockTokens == 8 ? 4 : 2);
     // The gate-up kernel of the 128-token TMA tile issues its first weight copies before it waits for the gather
     // kernel (GroupedGemmArgs::prefetch_before_wait). For its CTAs to be resident beside the gather's (one 256-thread
     // CTA of 54 registers per SM), the 384 threads keep to 128 registers, not the whole register file.
-    static constexpr bool kStreamsBesideGather =
-        kGateUp && kTmaTokens && kCluster == 1 && kMBlocks == 1 && kBlockTokens <= 128;
+    static constexpr bool kStreamsBesideGather = kGateUp && kTmaTokens && kMBlocks == 1 && kBlockTokens <= 128;
     static constexpr int kBesideGatherRegs = 128;
-    // Arrivals that release a stage: every consumer thread (one CTA), or one per consumer warp of each CTA.
-    static constexpr int kEmptyArrivals = kCluster == 1 ? kConsumers * kWarpgroup : kCluster * kConsumers * 4;
+    // Arrivals that release a stage: every consumer thread.
+    static constexpr int kEmptyArrivals = kConsumers * kWarpgroup;
 
     // Dynamic shared memory: 1024 bytes of alignment slack + the fixed part + prefixes + fused-routing scratch (the
     // cp.async token shapes only: the fused routing is theirs).
     static constexpr size_t scratchBytes(int num_experts) {
-        return kTmaTokens ? 0 : (2 * static_cast<size_t>(kFusedRoutingEntries) + static_cast<size_t>(num_experts)) * 4;
+        return kTmaTokens ? 0
+                          : (2 * static_cast<size_t>(kMoeFusedRoutingEntries) + static_cast<size_t>(num_experts)) * 4;
     }
     static constexpr size_t bytes(int num_experts) {
         return 1024 + static_cast<size_t>(kPrefixOffset) + 2 * static_cast<size_t>(num_experts + 1) * 4 +
                scratchBytes(num_experts);
     }
-    static_assert(bytes(kMaxPermuteExperts) <= 227 * 1024, "shared memory per CTA");
+    static_assert(bytes(kMoeMaxExperts) <= 227 * 1024, "shared memory per CTA");
 };
 
 struct Item {
@@ -167,7 +165,7 @@ __device__ __forceinline__ Item decodeItemTileMajor(int it, const int* tiles, co
 // (GroupedGemmArgs::weights_read_once), except, with weights_shared_per_item, for the items of an expert with several
 // token tiles, whose other tiles' items read the same weights at about the same time: evict_last, so that the
 // read-once stream (evict_first) passes them by (evict_normal measured 1.5 % slower at T = 1024 and 2-3 % at 2048 with
-// zipf routing, docs/cuda-moe-notes.md v20). When most weight tiles are read several times, evict_normal.
+// zipf routing). When most weight tiles are read several times, evict_normal.
 __device__ __forceinline__ uint64_t weightCachePolicy(const GroupedGemmArgs& args, const Item& item) {
     const bool first = args.weights_read_once && !(args.weights_shared_per_item && item.expert_tiles > 1);
     if (first) {
@@ -178,8 +176,7 @@ __device__ __forceinline__ uint64_t weightCachePolicy(const GroupedGemmArgs& arg
 
 // Tiles over 256 tokens: the narrowest wgmma N they run, and the step of N above 128. Each N is one instantiation of
 // the consumer (its wgmma chain and its epilogue); with N from 8 and steps of 16 the wide288 kernels were 3.5 %
-// slower with zipf routing at T = 4096 than with these (docs/cuda-moe-notes.md, v11): the smaller code wins over the
-// padded columns.
+// slower with zipf routing at T = 4096 than with these: the smaller code wins over the padded columns.
 inline constexpr int kWideMinTokens = 64;
 inline constexpr int kWideStep = 32;
 
@@ -190,8 +187,8 @@ inline constexpr int kMinPaddedTokens = kBlockTokens > 256 ? kWideMinTokens : 8;
 // wgmma N for a tile of ntok tokens: the smallest of 8, 16, 32, 64, 128 that holds them (from kMinPaddedTokens),
 // and in 128-token tiles 96 for 65-96 tokens (one m64n96 instruction): tall128's items are MMA-bound at N = 128 under
 // the power cap (33 us per gate-up item, as long as a 1 MB weight stream), and T = 1024 uniform (64 +- 8 tokens per
-// expert) ran 3 % faster with it (docs/cuda-moe-notes.md v20); above 128 (tiles over 256 tokens) the next multiple of
-// kWideStep, which the consumer runs as a 128- or 256-column instruction plus narrower ones (sm90::wgmmaColumns).
+// expert) ran 3 % faster with it; above 128 (tiles over 256 tokens) the next multiple of kWideStep, which the consumer
+// runs as a 128- or 256-column instruction plus narrower ones (sm90::wgmmaColumns).
 template <int kBlockTokens>
 __device__ __forceinline__ int paddedTokens(int ntok) {
     if (kBlockTokens == 128 && ntok > 64 && ntok <= 96) {

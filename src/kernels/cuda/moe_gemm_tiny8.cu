@@ -1,4 +1,5 @@
-// Gate-up and down grouped GEMM kernels of the Tiny8 tile configuration (kTiny8Shape in moe_grouped_gemm.h).
+// The gate-up and down grouped GEMM kernels of tile configuration tiny8 (kMoeTiles in kernels/moe_cuda_plan.h), one
+// file per configuration so that they compile in parallel.
 #include "kernels/cuda/moe_gemm_launch.cuh"
 
-AFD_DEFINE_GROUPED_GEMM(Tiny8)
+AFD_INSTANTIATE_GROUPED_GEMM(afd::kernels::MoeTileConfig::kTiny8);

@@ -1,5 +1,5 @@
-// Gate-up and down grouped GEMM kernels of the Wide288 tile configuration (kWide288Shape in moe_grouped_gemm.h),
-// one file per configuration so that they compile in parallel.
+// The gate-up and down grouped GEMM kernels of tile configuration wide288 (kMoeTiles in kernels/moe_cuda_plan.h), one
+// file per configuration so that they compile in parallel.
 #include "kernels/cuda/moe_gemm_launch.cuh"
 
-AFD_DEFINE_GROUPED_GEMM(Wide288)
+AFD_INSTANTIATE_GROUPED_GEMM(afd::kernels::MoeTileConfig::kWide288);

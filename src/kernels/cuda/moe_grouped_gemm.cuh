@@ -19,11 +19,6 @@
 // wgmma reads. full[s] completes on 1 arrive.expect_tx (the TMA bytes) + 128 cp.async arrivals (none with
 // kTmaTokens); empty[s] on one arrival per consumer thread once its wgmma reading the stage has retired.
 //
-// With kCluster = 2 the two CTAs of a cluster take the same sequence of (expert, token tile, pair of adjacent
-// weight tiles) items, CTA rank r the weight tile 2p + r, and each loads half of the item's token boxes into both
-// CTAs (TMA multicast). A stage is refilled only when the consumers of both CTAs have released it: each consumer
-// warp arrives on empty[s] of both CTAs, and full[s] expects the whole token tile, half of it from the peer.
-//
 // Gate-up rows are interleaved by TMA so that each consumer thread holds gate and up of the same intermediate
 // column: within each 16-row group of a warp, smem rows 0-7 are 8 gate rows and rows 8-15 the matching up rows
 // (the wgmma accumulator gives a thread rows r and r + 8). The 5-D view (k, row in group, gate/up, group,
@@ -42,21 +37,17 @@
 #include "kernels/cuda/moe_gemm_producer.cuh"
 #include "kernels/cuda/moe_gemm_tiles.cuh"
 #include "kernels/cuda/moe_grouped_gemm.h"
-#include "kernels/cuda/moe_stages.h"
 #include "kernels/cuda/sm90_ptx.cuh"
 
 namespace afd::kernels::cuda::grouped_gemm {
 
 // The kernel's body; tmap, tmap_b and tmap_b_full point at the kernel's __grid_constant__ parameters.
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
 __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUtensorMap* tmap_b,
                                             const CUtensorMap* tmap_b_full, const GroupedGemmArgs& args) {
-    using K = KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>;
+    using K = KernelCommon<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>;
     using L = typename K::L;
     extern __shared__ uint8_t smem_raw[];
-    if (threadIdx.x == 0) {
-        K::traceNow(args, kTraceEntry);
-    }
     uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
     typename K::Shared sh;
     sh.base = base;
@@ -71,23 +62,19 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     sh.entry_slot = args.combine.entry_slot;
     sh.weights = args.combine.topk_weights;
     sh.slot_token = nullptr;
-    sh.rank = 0;
-    if constexpr (kCluster > 1) {
-        sh.rank = static_cast<int>(sm90::clusterCtaRank());
-    }
-    sh.item_begin = static_cast<int>(blockIdx.x) / kCluster;
-    sh.item_stride = static_cast<int>(gridDim.x) / kCluster;
+    sh.item_begin = static_cast<int>(blockIdx.x);
+    sh.item_stride = static_cast<int>(gridDim.x);
     sh.dynamic = (kTmaTokens || L::kTall128Gather) && args.schedule != nullptr;
     sh.item_full = reinterpret_cast<uint64_t*>(base + L::kItemBarOffset);
     sh.item_empty = sh.item_full + L::kItemSlots;
     sh.item_ring = reinterpret_cast<int*>(base + L::kItemRingOffset);
-    sh.pair_full = reinterpret_cast<uint64_t*>(base + L::kPairBarOffset);
-    sh.pair_empty = sh.pair_full + L::kItemSlots;
-    sh.pair_ring = reinterpret_cast<int*>(base + L::kPairRingOffset);
     sh.done.full = reinterpret_cast<uint64_t*>(base + L::kDoneBarOffset);
     sh.done.empty = sh.done.full + L::kItemSlots;
     sh.done.ring = reinterpret_cast<int*>(base + L::kDoneRingOffset);
 
+    // NOTE: the barriers in Layout's gap after the item ring are initialised though nothing waits on them, as the
+    // kernels' machine code was measured.
+    uint64_t* const spare_bars = reinterpret_cast<uint64_t*>(base + L::kSpareBarOffset);
     if (threadIdx.x == 0) {
         sm90::prefetchTensorMap(tmap);
         if constexpr (kTmaTokens) {
@@ -101,8 +88,8 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
         for (int s = 0; s < L::kItemSlots; ++s) {
             sm90::mbarInit(&sh.item_full[s], 1);
             sm90::mbarInit(&sh.item_empty[s], L::kItemReaders);
-            sm90::mbarInit(&sh.pair_full[s], 1);
-            sm90::mbarInit(&sh.pair_empty[s], 1);
+            sm90::mbarInit(&spare_bars[s], 1);
+            sm90::mbarInit(&spare_bars[L::kItemSlots + s], 1);
             sm90::mbarInit(&sh.done.full[s], kConsumers);
             sm90::mbarInit(&sh.done.empty[s], 1);
         }
@@ -122,7 +109,6 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     if (!wait_in_roles && on_permute_words) {
         if (threadIdx.x == 0) {
             sm90::waitAtLeastAcquire(args.permute_ready, 1);
-            K::traceNow(args, kTraceDependency);
         }
         __syncthreads();
     } else if (!wait_in_roles) {
@@ -130,9 +116,6 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
         // kernel.
         sm90::gridDependencyWait();
         sm90::launchDependents();
-        if (threadIdx.x == 0) {
-            K::traceNow(args, kTraceDependency);
-        }
     }
     if constexpr (kGateUp) {
         if (blockIdx.x == 0) {
@@ -149,11 +132,11 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     // them finished before the gate-up kernel (which this one waits for) let it launch.
     if (!kTmaTokens && args.fused_entries > 0) {  // the scratch exists for the cp.async shapes only
         int* s_ids = slots + args.num_experts + 1;
-        int* s_slot_token = s_ids + kFusedRoutingEntries;
-        int* s_counts = s_slot_token + kFusedRoutingEntries;
+        int* s_slot_token = s_ids + kMoeFusedRoutingEntries;
+        int* s_counts = s_slot_token + kMoeFusedRoutingEntries;
         if (args.fused_entries <= kWarpRoutingEntries) {
             // s_ids holds the compact rows' experts [0, 32), the entries' slots [32, 64) and weights [64, 96).
-            static_assert(3 * kWarpRoutingEntries <= kFusedRoutingEntries, "one-warp routing scratch");
+            static_assert(3 * kWarpRoutingEntries <= kMoeFusedRoutingEntries, "one-warp routing scratch");
             int* s_entry_slot = s_ids + kWarpRoutingEntries;
             float* s_weight = reinterpret_cast<float*>(s_ids + 2 * kWarpRoutingEntries);
             sh.rows = fusedRoutingWarp(args, kBlockTokens, kGateUp && blockIdx.x == 0, s_ids, s_slot_token, s_counts,
@@ -172,13 +155,7 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
         }
         __syncthreads();
     }
-    if constexpr (kCluster > 1) {
-        sm90::clusterSync();  // the peer's barriers are initialised before any multicast or remote arrival
-    }
-    if (threadIdx.x == 0) {
-        K::traceNow(args, kTraceSetup);
-    }
-    const int total_items = tiles[sh.rows] * (args.n_tiles / kCluster);
+    const int total_items = tiles[sh.rows] * args.n_tiles;
     const int k_blocks = (args.k + kBlockK - 1) / kBlockK;
     const int warpgroup = threadIdx.x / kWarpgroup;
     // NOTE: setmaxnreg only for tiles over 256 tokens (Layout::kRebalanceRegs): the uniform 168-register budget of
@@ -188,7 +165,7 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
         if constexpr (L::kRebalanceRegs) {
             sm90::setMaxRegsDec<L::kProducerRegs>();
         }
-        Producer<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>::produce(
+        Producer<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>::produce(
             tmap, tmap_b, tmap_b_full, args, sh, total_items, k_blocks);
     } else {
         if constexpr (L::kRebalanceRegs) {
@@ -198,11 +175,8 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
             sm90::gridDependencyWait();
             sm90::launchDependents();
         }
-        Consumer<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>::consume(
-            args, sh, total_items, k_blocks, warpgroup - 1);
-    }
-    if constexpr (kCluster > 1) {
-        sm90::clusterSync();  // no CTA leaves while its peer may still arrive on its barriers
+        Consumer<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>::consume(args, sh, total_items,
+                                                                                            k_blocks, warpgroup - 1);
     }
     if (on_permute_words && threadIdx.x == 0) {
         sm90::gridDependencyWait();  // this grid completes after the scatter grid, as in a plain stream
@@ -215,26 +189,24 @@ __device__ __forceinline__ void groupedGemm(const CUtensorMap* tmap, const CUten
     }
 }
 
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
 __global__ void __launch_bounds__(
     kWarpgroup*(kConsumers + 1),
-    Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>::kMinCtasPerSm)
+    Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>::kMinCtasPerSm)
     groupedGemmKernel(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
                       const __grid_constant__ CUtensorMap tmap_b_full, const GroupedGemmArgs args) {
-    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>(&tmap, &tmap_b,
-                                                                                            &tmap_b_full, args);
+    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>(&tmap, &tmap_b, &tmap_b_full, args);
 }
 
 // The same kernel with its registers capped at Layout::kBesideGatherRegs instead of the launch bounds' whole register
 // file, for the gate-up kernels that stream beside the gather (Layout::kStreamsBesideGather; nvcc takes one of the
 // two qualifiers per kernel).
-template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens, int kCluster>
+template <bool kGateUp, int kConsumers, int kMBlocks, int kBlockTokens, int kStages, bool kTmaTokens>
 __global__ void __maxnreg__(
-    (Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>::kBesideGatherRegs))
+    (Layout<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>::kBesideGatherRegs))
     groupedGemmKernelBesideGather(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_b,
                                   const __grid_constant__ CUtensorMap tmap_b_full, const GroupedGemmArgs args) {
-    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens, kCluster>(&tmap, &tmap_b,
-                                                                                            &tmap_b_full, args);
+    groupedGemm<kGateUp, kConsumers, kMBlocks, kBlockTokens, kStages, kTmaTokens>(&tmap, &tmap_b, &tmap_b_full, args);
 }
 
 }  // namespace afd::kernels::cuda::grouped_gemm

@@ -10,8 +10,7 @@
 //
 // Why one run per stage: one SM reads DRAM by TMA at 66 GB/s in 32 KiB copies but at 35 GB/s in four 8 KiB pieces
 // 256 KiB apart, the previous (unit-major) layout's stage (`afd bench stream --pieces 1,4`, 66 of 132 SMs; with all
-// 132 streaming, 4.70 against 4.64 TB/s); the layer with this layout: T = 1 3 % and T = 256 1-3 % faster
-// (docs/cuda-moe-notes.md, v20).
+// 132 streaming, 4.70 against 4.64 TB/s); the layer with this layout: T = 1 3 % and T = 256 1-3 % faster.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -79,13 +78,12 @@ size_t packedDownElements(int64_t experts, int64_t hidden, int64_t inter) {
                                kBlockK);
 }
 
-cudaError_t launchPackMoeWeights(const uint16_t* w13, const uint16_t* w2, int64_t experts, int64_t hidden,
-                                 int64_t inter, uint16_t* w13_packed, uint16_t* w2_packed, cudaStream_t stream) {
-    const cudaError_t err = launchPack(w13, w13_packed, experts, inter / 32, hidden, inter, true, stream);
+cudaError_t launchMoePackWeights(const MoePackWeightsParams& p, cudaStream_t stream) {
+    const cudaError_t err = launchPack(p.w13, p.w13_packed, p.experts, p.inter / 32, p.hidden, p.inter, true, stream);
     if (err != cudaSuccess) {
         return err;
     }
-    return launchPack(w2, w2_packed, experts, hidden / kBlockRows, inter, inter, false, stream);
+    return launchPack(p.w2, p.w2_packed, p.experts, p.hidden / kBlockRows, p.inter, p.inter, false, stream);
 }
 
 }  // namespace afd::kernels::cuda

@@ -2,8 +2,8 @@
 // (1) each entry takes a rank within its expert from a shared-memory counter, with the lanes of a warp that
 // share an expert aggregated into one atomic (skewed routing puts many entries on one expert); (2) a block scan
 // of the counts gives slot offsets and token-tile offsets; (3) each entry's slot is offset + rank. Up to
-// kSingleCtaEntries entries one CTA does all three; beyond, chunks of kChunk entries are ranked by one CTA each
-// (countKernel, per-chunk counts to the workspace) and a second kernel (scatterKernel, one CTA per chunk) scans
+// kMoeSingleCtaPermuteEntries entries one CTA does all three; beyond, chunks of kChunk entries are ranked by one CTA
+// each (countKernel, per-chunk counts to the workspace) and a second kernel (scatterKernel, one CTA per chunk) scans
 // the totals and places its chunk after the earlier chunks' entries of each expert. Slot order within an
 // expert is whatever the atomics gave: no result depends on it.
 #include <cuda_runtime.h>
@@ -13,7 +13,6 @@
 #include "kernels/cuda/kernel_launch.h"
 #include "kernels/cuda/moe_stages.h"
 #include "kernels/cuda/moe_token_tiles.cuh"
-#include "kernels/cuda/moe_trace_layer.cuh"
 #include "kernels/cuda/sm90_ptx.cuh"
 
 namespace afd::kernels::cuda {
@@ -21,6 +20,7 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kChunk = kThreads;  // entries per CTA on the chunked path (one per thread)
+static_assert(kChunk == kMoePermuteChunkEntries, "moePermuteChunks counts the chunked path's CTAs");
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // Exclusive scan of one value per thread over the block; *total receives the sum.
@@ -117,15 +117,11 @@ __device__ void scanOffsets(int count, int num_experts, int block_tokens, int si
 __global__ void __launch_bounds__(kThreads)
     permuteKernel(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                   int single_tile_tokens, int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset,
-                  int32_t* entry_slot, int32_t* slot_token, int32_t* schedule, int schedule_words,
-                  uint64_t* trace_layer) {
-    __shared__ int counts[kMaxPermuteExperts];
-    __shared__ int offsets[kMaxPermuteExperts];
+                  int32_t* entry_slot, int32_t* slot_token, int32_t* schedule, int schedule_words) {
+    __shared__ int counts[kMoeMaxExperts];
+    __shared__ int offsets[kMoeMaxExperts];
     __shared__ int warp_sums[33];
     const int tid = threadIdx.x;
-    if (tid == 0) {
-        traceLayerFirst(trace_layer, kTraceLayerPermuteEntry);
-    }
     sm90::gridDependencyWait();
     for (int i = tid; schedule != nullptr && i < schedule_words; i += kThreads) {
         schedule[i] = 0;
@@ -155,22 +151,13 @@ __global__ void __launch_bounds__(kThreads)
             slot_token[slot] = i / top_k;
         }
     }
-    if (trace_layer != nullptr) {
-        __syncthreads();
-        if (tid == 0) {
-            traceLayerLast(trace_layer, kTraceLayerPermuteEnd);
-        }
-    }
 }
 
 // Chunked path, kernel 1: ranks chunk blockIdx.x within its experts; its counts go to chunk_counts[chunk][e].
 __global__ void __launch_bounds__(kThreads)
     countKernel(const int32_t* topk_ids, int num_entries, int num_experts, int32_t* entry_slot, int32_t* chunk_counts,
-                int32_t* ready_words, uint64_t* trace_layer) {
-    __shared__ int counts[kMaxPermuteExperts];
-    if (threadIdx.x == 0) {
-        traceLayerFirst(trace_layer, kTraceLayerPermuteEntry);
-    }
+                int32_t* ready_words) {
+    __shared__ int counts[kMoeMaxExperts];
     sm90::gridDependencyWait();
     sm90::launchDependents();
     if (ready_words != nullptr && blockIdx.x == 0 && threadIdx.x < 2) {
@@ -195,8 +182,8 @@ __global__ void __launch_bounds__(kThreads)
     scatterKernel(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
                   int single_tile_tokens, int num_chunks, const int32_t* chunk_counts, int32_t* expert_count,
                   int32_t* slot_offset, int32_t* tile_offset, int32_t* entry_slot, int32_t* slot_token,
-                  int32_t* schedule, int schedule_words, int32_t* ready_words, uint64_t* trace_layer) {
-    __shared__ int offsets[kMaxPermuteExperts];
+                  int32_t* schedule, int schedule_words, int32_t* ready_words) {
+    __shared__ int offsets[kMoeMaxExperts];
     __shared__ int warp_sums[33];
     const int tid = threadIdx.x;
     sm90::gridDependencyWait();
@@ -243,50 +230,36 @@ __global__ void __launch_bounds__(kThreads)
             sm90::redAddReleaseGpu(ready_words + 1, 1);  // this chunk's slots (the barrier above)
         }
     }
-    if (trace_layer != nullptr) {
-        __syncthreads();
-        if (tid == 0) {
-            traceLayerLast(trace_layer, kTraceLayerPermuteEnd);
-        }
-    }
 }
 
 }  // namespace
 
-int permuteChunks(int num_entries) {
-    return num_entries <= kSingleCtaPermuteEntries ? 0 : (num_entries + kChunk - 1) / kChunk;
-}
-
-cudaError_t launchMoePermute(const int32_t* topk_ids, int num_entries, int top_k, int num_experts, int block_tokens,
-                             int single_tile_tokens, int32_t* expert_count, int32_t* slot_offset, int32_t* tile_offset,
-                             int32_t* entry_slot, int32_t* slot_token, int32_t* chunk_counts, int32_t* schedule,
-                             int schedule_words, int32_t* ready_words, uint64_t* trace_layer, cudaStream_t stream,
-                             bool programmatic) {
-    if (num_experts < 1 || num_experts > kMaxPermuteExperts || block_tokens < 1 || single_tile_tokens < block_tokens ||
-        top_k < 1) {
+cudaError_t launchMoePermute(const MoePermuteParams& p, cudaStream_t stream) {
+    if (p.num_experts < 1 || p.num_experts > kMoeMaxExperts || p.block_tokens < 1 ||
+        p.single_tile_tokens < p.block_tokens || p.top_k < 1) {
         return cudaErrorInvalidValue;
     }
     cudaLaunchAttribute attr[1];
-    const int chunks = permuteChunks(num_entries);
+    const int chunks = moePermuteChunks(p.num_entries);
     if (chunks == 0) {
-        const cudaLaunchConfig_t config = pdlLaunchConfig(1, kThreads, stream, programmatic, attr);
-        return cudaLaunchKernelEx(&config, permuteKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
-                                  single_tile_tokens, expert_count, slot_offset, tile_offset, entry_slot, slot_token,
-                                  schedule, schedule_words, trace_layer);
+        const cudaLaunchConfig_t config = pdlLaunchConfig(1, kThreads, stream, true, attr);
+        return cudaLaunchKernelEx(&config, permuteKernel, p.topk_ids, p.num_entries, p.top_k, p.num_experts,
+                                  p.block_tokens, p.single_tile_tokens, p.expert_count, p.slot_offset, p.tile_offset,
+                                  p.entry_slot, p.slot_token, p.schedule, p.schedule_words);
     }
     const cudaLaunchConfig_t count_config =
-        pdlLaunchConfig(static_cast<unsigned>(chunks), kThreads, stream, programmatic, attr);
-    const cudaError_t err = cudaLaunchKernelEx(&count_config, countKernel, topk_ids, num_entries, num_experts,
-                                               entry_slot, chunk_counts, ready_words, trace_layer);
+        pdlLaunchConfig(static_cast<unsigned>(chunks), kThreads, stream, true, attr);
+    const cudaError_t err = cudaLaunchKernelEx(&count_config, countKernel, p.topk_ids, p.num_entries, p.num_experts,
+                                               p.entry_slot, p.chunk_counts, p.ready_words);
     if (err != cudaSuccess) {
         return err;
     }
     const cudaLaunchConfig_t scatter_config =
-        pdlLaunchConfig(static_cast<unsigned>(chunks), kThreads, stream, programmatic, attr);
-    return cudaLaunchKernelEx(&scatter_config, scatterKernel, topk_ids, num_entries, top_k, num_experts, block_tokens,
-                              single_tile_tokens, chunks, static_cast<const int32_t*>(chunk_counts), expert_count,
-                              slot_offset, tile_offset, entry_slot, slot_token, schedule, schedule_words, ready_words,
-                              trace_layer);
+        pdlLaunchConfig(static_cast<unsigned>(chunks), kThreads, stream, true, attr);
+    return cudaLaunchKernelEx(&scatter_config, scatterKernel, p.topk_ids, p.num_entries, p.top_k, p.num_experts,
+                              p.block_tokens, p.single_tile_tokens, chunks, static_cast<const int32_t*>(p.chunk_counts),
+                              p.expert_count, p.slot_offset, p.tile_offset, p.entry_slot, p.slot_token, p.schedule,
+                              p.schedule_words, p.ready_words);
 }
 
 }  // namespace afd::kernels::cuda

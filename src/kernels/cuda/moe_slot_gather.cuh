@@ -63,12 +63,11 @@ __device__ __forceinline__ void countGatheredSlots(const int* offsets, int num_e
 // warp_in_cta here) copy the slots [begin, min(end, total)) of x [T, hidden] into x_sorted in slot order, groups of
 // kRows slots dealt round robin over the grid's gathering warps, so the experts complete in slot order (the order of
 // the GEMM items), and count each group once its rows are written. A warp has its group's rows in flight at once.
-// Nothing here waits, so every count completes. offsets [num_experts + 1]. first_group_stamp (diagnostics, may be
-// null): where the CTA's warp 0 writes %globaltimer once its first group is counted.
+// Nothing here waits, so every count completes. offsets [num_experts + 1].
 template <int kVectors, int kRows>
 __device__ void gatherSlotsByWarps(const uint16_t* x, const int32_t* slot_token, uint16_t* x_sorted, int hidden,
                                    const int* offsets, int num_experts, int32_t* gathered, int begin, int end,
-                                   int warps_per_cta, int warp_in_cta, uint64_t* first_group_stamp) {
+                                   int warps_per_cta, int warp_in_cta) {
     static_assert(kRows <= 32, "a lane per slot token");
     const int lane = threadIdx.x & 31;
     end = min(end, offsets[num_experts]);
@@ -109,10 +108,6 @@ __device__ void gatherSlotsByWarps(const uint16_t* x, const int32_t* slot_token,
         __syncwarp();  // every lane's stores are ordered before lane 0's release
         if (lane == 0) {
             countGatheredSlots(offsets, num_experts, group, group + rows, gathered);
-            if (first_group_stamp != nullptr && warp_in_cta == 0) {
-                *first_group_stamp = sm90::globalTimer();
-                first_group_stamp = nullptr;
-            }
         }
     }
 }

@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/kernel_launch.h"
-#include "kernels/cuda/moe_stages.h"
+#include "kernels/cuda/router_launch.h"
 #include "kernels/cuda/sm90_ptx.cuh"
 
 namespace afd::kernels::cuda {
@@ -33,7 +33,7 @@ constexpr int kMaxStripes = kMaxExperts / 32;  // experts per lane in the top-k
 // Splits: as many as keep the logits kernel within a target grid. Up to kCtaTopkTokens tokens the target is about two
 // CTAs per SM of an H200, at most kMaxSplits, and each token's top-k takes a CTA (its threads share the many partial
 // sums); beyond, about one CTA per SM, at most kMaxSplits / 2, and a warp per token (more splits made the warps' sums
-// the longer part: T = 1024 took 24 us with 32 splits, 18 with 16; docs/performance.md, "Router").
+// the longer part: T = 1024 took 24 us with 32 splits, 18 with 16).
 constexpr int kMaxSplits = 32;
 constexpr int kCtaTopkTokens = 256;
 constexpr int64_t kSmallTargetCtas = 264;
@@ -391,9 +391,17 @@ size_t routerWorkspaceBytes(int64_t num_tokens, int64_t hidden, int64_t num_expe
     return static_cast<size_t>(most);
 }
 
-cudaError_t launchRouter(const uint16_t* x, const uint16_t* gate_w, float* logits, int32_t* topk_ids,
-                         float* topk_weights, float* workspace, int num_tokens, int hidden, int num_experts, int top_k,
-                         bool renormalize, cudaStream_t stream) {
+cudaError_t launchRouter(const RouterParams& params, float* workspace, cudaStream_t stream) {
+    const auto* x = static_cast<const uint16_t*>(params.x);
+    const auto* gate_w = reinterpret_cast<const uint16_t*>(params.gate_w);
+    float* logits = params.logits;
+    int32_t* topk_ids = params.topk_ids;
+    float* topk_weights = params.topk_weights;
+    const int num_tokens = static_cast<int>(params.num_tokens);
+    const int hidden = static_cast<int>(params.hidden);
+    const int num_experts = static_cast<int>(params.num_experts);
+    const int top_k = static_cast<int>(params.top_k);
+    const bool renormalize = params.norm_topk_prob;
     if (num_tokens < 1 || hidden % 16 != 0 || num_experts % 32 != 0 || num_experts > kMaxExperts || top_k < 1 ||
         top_k > 32 || top_k > num_experts) {
         return cudaErrorInvalidValue;

@@ -1,6 +1,6 @@
 // Thin device wrappers over the Hopper (sm_90a) instructions the MoE kernels use: mbarriers, the bulk tensor copy
-// engine (TMA, multicast within a cluster), cp.async with mbarrier completion, wgmma descriptors and fences, thread
-// block clusters, programmatic dependent launch.
+// engine (TMA), cp.async with mbarrier completion, wgmma descriptors and fences, named barriers, programmatic dependent
+// launch.
 // Included by .cu files only.
 #pragma once
 
@@ -27,79 +27,22 @@ __device__ __forceinline__ void mbarArrive(uint64_t* bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smemAddr(bar)) : "memory");
 }
 
-// Arrives on the barrier at the same shared-memory offset as `bar` in CTA `cta_rank` of this cluster (this CTA's
-// own rank included). NOTE: release at CTA scope (the default): the callers release pipeline stages whose readers
-// (wgmma) have retired; a cluster-scope release costs a memory barrier on every call.
-__device__ __forceinline__ void mbarArriveCluster(uint64_t* bar, uint32_t cta_rank) {
-    asm volatile(
-        "{\n"
-        ".reg .b32 remote;\n"
-        "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
-        "}\n" ::"r"(smemAddr(bar)),
-        "r"(cta_rank)
-        : "memory");
-}
-
-// Cluster-scope hand-over of one word to CTA `cta_rank`: stores `value` at the peer's copy of `slot` (same
-// shared-memory offset), then arrives on the peer's copy of `bar` with release at cluster scope, so that a
-// cluster-scope acquire of that phase (mbarWaitCluster) sees the word.
-__device__ __forceinline__ void sendToPeer(int* slot, int value, uint64_t* bar, uint32_t cta_rank) {
-    asm volatile(
-        "{\n"
-        ".reg .b32 remote_slot, remote_bar;\n"
-        "mapa.shared::cluster.u32 remote_slot, %0, %2;\n"
-        "mapa.shared::cluster.u32 remote_bar, %1, %2;\n"
-        "st.shared::cluster.u32 [remote_slot], %3;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote_bar];\n"
-        "}\n" ::"r"(smemAddr(slot)),
-        "r"(smemAddr(bar)), "r"(cta_rank), "r"(value)
-        : "memory");
-}
-
-// Arrives on the peer's copy of `bar` with release at cluster scope (this thread's earlier reads and writes of
-// shared memory happen before whatever the peer does after its acquire).
-__device__ __forceinline__ void mbarArriveClusterRelease(uint64_t* bar, uint32_t cta_rank) {
-    asm volatile(
-        "{\n"
-        ".reg .b32 remote;\n"
-        "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
-        "}\n" ::"r"(smemAddr(bar)),
-        "r"(cta_rank)
-        : "memory");
-}
-
 __device__ __forceinline__ void mbarArriveExpectTx(uint64_t* bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smemAddr(bar)), "r"(bytes) : "memory");
 }
 
-// One poll of the phase with the given parity; kClusterAcquire: acquire at cluster scope, for phases completed by a
-// peer CTA's release.cluster arrival (the default is CTA scope).
-template <bool kClusterAcquire = false>
+// One poll of the phase with the given parity (acquire at CTA scope).
 __device__ __forceinline__ bool mbarTryWait(uint64_t* bar, uint32_t parity) {
     uint32_t done;
-    if constexpr (kClusterAcquire) {
-        asm volatile(
-            "{\n"
-            ".reg .pred p;\n"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n"
-            "}\n"
-            : "=r"(done)
-            : "r"(smemAddr(bar)), "r"(parity)
-            : "memory");
-    } else {
-        asm volatile(
-            "{\n"
-            ".reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n"
-            "}\n"
-            : "=r"(done)
-            : "r"(smemAddr(bar)), "r"(parity)
-            : "memory");
-    }
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(smemAddr(bar)), "r"(parity)
+        : "memory");
     return done != 0;
 }
 
@@ -128,10 +71,10 @@ __device__ __noinline__ inline void trapOutOfLine() { __trap(); }
 // setmaxnreg, where an inlined trap made ptxas allocate their code within the kernel's launch budget (spills and
 // serialized wgmma, C7512); elsewhere the inlined trap stays (the call's register convention cost the 256-token
 // kernels a spill).
-template <bool kClusterAcquire, bool kOutOfLineTrap>
+template <bool kOutOfLineTrap>
 __device__ __forceinline__ void mbarWaitBounded(uint64_t* bar, uint32_t parity) {
     uint32_t polls = 0;
-    while (!mbarTryWait<kClusterAcquire>(bar, parity)) {
+    while (!mbarTryWait(bar, parity)) {
         if (++polls == (1u << 28)) {
             if constexpr (kOutOfLineTrap) {
                 trapOutOfLine();
@@ -141,13 +84,8 @@ __device__ __forceinline__ void mbarWaitBounded(uint64_t* bar, uint32_t parity) 
         }
     }
 }
-__device__ __forceinline__ void mbarWait(uint64_t* bar, uint32_t parity) { mbarWaitBounded<false, false>(bar, parity); }
-__device__ __forceinline__ void mbarWaitCluster(uint64_t* bar, uint32_t parity) {
-    mbarWaitBounded<true, false>(bar, parity);
-}
-__device__ __forceinline__ void mbarWaitColdTrap(uint64_t* bar, uint32_t parity) {
-    mbarWaitBounded<false, true>(bar, parity);
-}
+__device__ __forceinline__ void mbarWait(uint64_t* bar, uint32_t parity) { mbarWaitBounded<false>(bar, parity); }
+__device__ __forceinline__ void mbarWaitColdTrap(uint64_t* bar, uint32_t parity) { mbarWaitBounded<true>(bar, parity); }
 
 // Per-warpgroup register budget (setmaxnreg; every warp of the warpgroup executes it): the producer gives
 // registers back to the CTA's pool, the consumers take them.
@@ -207,17 +145,6 @@ __device__ __forceinline__ void tmaLoad2d(void* dst, const void* tmap, uint64_t*
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
         " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smemAddr(dst)),
         "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smemAddr(bar)), "r"(c0), "r"(c1), "l"(policy)
-        : "memory");
-}
-
-// tmaLoad2d into the same shared-memory offset of every CTA of the cluster in `cta_mask`; each destination CTA's
-// barrier at the offset of `bar` receives the bytes it got.
-__device__ __forceinline__ void tmaLoad2dMulticast(void* dst, const void* tmap, uint64_t* bar, int32_t c0, int32_t c1,
-                                                   uint16_t cta_mask, uint64_t policy) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-        ".L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5, %6;" ::"r"(smemAddr(dst)),
-        "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smemAddr(bar)), "r"(c0), "r"(c1), "h"(cta_mask), "l"(policy)
         : "memory");
 }
 
@@ -301,16 +228,6 @@ __device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, bool va
                  : "memory");
 }
 
-// 16 bytes of global memory into registers (a weak load through L1, kept by the compiler).
-__device__ __forceinline__ uint4 ldGlobalV4(const void* src) {
-    uint4 v;
-    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(src)
-                 : "memory");
-    return v;
-}
-
 // Arrives on `bar` once all cp.async of this thread issued so far have landed (counts as one of the barrier's
 // expected arrivals).
 __device__ __forceinline__ void cpAsyncArriveNoinc(uint64_t* bar) {
@@ -344,21 +261,6 @@ __device__ __forceinline__ void wgmmaWait() {
 // Keeps the compiler from moving accumulator reads/writes across wgmma issue/wait points.
 __device__ __forceinline__ void fenceOperand(float& reg) { asm volatile("" : "+f"(reg)::"memory"); }
 
-// ---- thread block clusters ------------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t clusterCtaRank() {
-    uint32_t rank;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    return rank;
-}
-
-// Every thread of every CTA of the cluster: prior memory operations (barrier initialisation included) become
-// visible cluster-wide before any thread continues. Called by all threads of the CTA; the non-.aligned forms
-// allow the threads of a warp to arrive apart.
-__device__ __forceinline__ void clusterSync() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-
 // ---- named barriers, programmatic dependent launch -------------------------------------------------
 
 __device__ __forceinline__ void namedBarrierSync(uint32_t id, uint32_t threads) {
@@ -381,13 +283,6 @@ __device__ __forceinline__ void stmatrixTrans(uint32_t addr, uint32_t r0) {
 __device__ __forceinline__ void stmatrixTrans(uint32_t addr, uint32_t r0, uint32_t r1) {
     asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};" ::"r"(addr), "r"(r0), "r"(r1)
                  : "memory");
-}
-
-// Device-wide nanosecond clock (the same on every SM), for the kernels' diagnostic timelines.
-__device__ __forceinline__ uint64_t globalTimer() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
 }
 
 }  // namespace afd::kernels::cuda::sm90

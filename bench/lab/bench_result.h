@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 
-namespace afd::kernels::cuda {
+namespace afd::lab {
 
 // Device time of the warm-up before every timed series, by default: the software power cap lowers the H200's SM clock
 // within about 50-100 ms of tensor-heavy work (cuBLAS 8192^3: 793 TFLOP/s for the first 10 runs after idle, 680-690
 // from about 60 ms on; the MoE layer at T = 4096 likewise, 632 us over 30 replays, 725 over 300), so every series,
-// the floors' rates included, is timed in the steady state a serving process runs in (docs/performance.md, "Clocks").
+// the floors' rates included, is timed in the steady state a serving process runs in.
 inline constexpr double kSteadyStateWarmupMs = 300.0;
 
 template <class Row>
@@ -22,4 +22,4 @@ struct BenchResult {
     std::vector<Row> rows;
 };
 
-}  // namespace afd::kernels::cuda
+}  // namespace afd::lab

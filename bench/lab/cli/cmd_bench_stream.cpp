@@ -1,5 +1,5 @@
 // `afd bench stream`: how fast a number of SMs read device memory, by TMA, by loads, and beside TMA reads of L2
-// (kernels/cuda/stream_bench.h).
+// (lab/stream_bench.h).
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
@@ -7,12 +7,12 @@
 #include <memory>
 #include <string>
 
-#include "cli/bench_flag_checks.h"
-#include "cli/commands.h"
 #include "core/exit_codes.h"
 #include "core/logging.h"
+#include "lab/cli/bench_commands.h"
+#include "lab/cli/bench_flag_checks.h"
 #if defined(AFD_HAVE_CUDA)
-#include "kernels/cuda/stream_bench.h"
+#include "lab/stream_bench.h"
 #endif
 
 namespace afd::cli {
@@ -20,12 +20,12 @@ namespace {
 
 #if defined(AFD_HAVE_CUDA)
 struct BenchStreamFlags {
-    kernels::cuda::StreamBenchOptions options;
+    lab::StreamBenchOptions options;
     int64_t mib_per_path = 24;
     std::string csv;
 };
 
-void printTable(const kernels::cuda::StreamBenchResult& r, const kernels::cuda::StreamBenchOptions& o) {
+void printTable(const lab::StreamBenchResult& r, const lab::StreamBenchOptions& o) {
     printBenchRates(r.device, r.copy_tbps, r.gemm_tflops, r.gemm_burst_tflops);
     fmt::print("one CTA per SM, {} MiB per path and CTA; per-SM rates: each CTA's path bytes / its own time\n",
                o.bytes_per_path >> 20);
@@ -39,7 +39,7 @@ void printTable(const kernels::cuda::StreamBenchResult& r, const kernels::cuda::
     }
 }
 
-bool writeCsv(const std::string& path, const kernels::cuda::StreamBenchResult& r) {
+bool writeCsv(const std::string& path, const lab::StreamBenchResult& r) {
     const auto f = openBenchCsv("bench stream", path);
     if (f == nullptr) {
         return false;
@@ -59,7 +59,7 @@ bool writeCsv(const std::string& path, const kernels::cuda::StreamBenchResult& r
 int runBenchStream(BenchStreamFlags& flags) {
     flags.options.bytes_per_path = flags.mib_per_path << 20;
     return runBenchBody("bench stream", [&] {
-        const auto result = kernels::cuda::runStreamBench(flags.options);
+        const auto result = lab::runStreamBench(flags.options);
         printTable(result, flags.options);
         return flags.csv.empty() || writeCsv(flags.csv, result);
     });
@@ -75,11 +75,11 @@ void addBenchStreamCommand(CLI::App& bench, int& exit_code) {
     auto flags = std::make_shared<BenchStreamFlags>();
     stream
         ->add_option("--modes", flags->options.modes,
-                     "what each SM reads and how (kernels/cuda/stream_bench.h); default tma, tma-l2, lsu, tma+lsu, "
+                     "what each SM reads and how (lab/stream_bench.h); default tma, tma-l2, lsu, tma+lsu, "
                      "tma-l2+lsu; tma+lsu-l2, tma+cp-l2, tma+cp-stage and tma+cp128-stage need --stage-l2-kib > 0; "
                      "ld96, ld128, cp96 and cp128 fill the stages' DRAM bytes by threads instead of TMA")
         ->delimiter(',')
-        ->check(CLI::IsMember(kernels::cuda::streamBenchModes()));
+        ->check(CLI::IsMember(lab::streamBenchModes()));
     stream->add_option("--sms", flags->options.sms, "CTAs, one per SM (capped at the device's SMs)")
         ->delimiter(',')
         ->check(CLI::Range(1, 1 << 12));
@@ -99,7 +99,7 @@ void addBenchStreamCommand(CLI::App& bench, int& exit_code) {
                      "(DRAM bytes evict_first), layer (DRAM bytes evict_first, L2-resident bytes evict_last, as the "
                      "expert GEMMs read weights and token tiles)")
         ->delimiter(',')
-        ->check(CLI::IsMember(kernels::cuda::streamBenchPolicies()));
+        ->check(CLI::IsMember(lab::streamBenchPolicies()));
     stream
         ->add_option("--pieces", flags->options.pieces,
                      "pieces of each TMA stage's DRAM bytes (each point with each): 1 one run, 4 as the expert GEMMs "

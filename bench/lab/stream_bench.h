@@ -1,7 +1,7 @@
 // `afd bench stream`: how fast a number of SMs (one CTA each) read device memory, and through which path: TMA bulk
 // copies into a ring of shared-memory stages (how the grouped expert GEMMs stream their weights), plain loads by 128
 // threads, both at once, and L2-resident bytes read beside the DRAM stream, by the same TMA stages (as the GEMMs' token
-// tiles come beside their weights) or by the other path (docs/cuda-moe-notes.md, v19). Each figure is stated against
+// tiles come beside their weights) or by the other path. Each figure is stated against
 // the copy bandwidth measured in the same run. g++-includable (no CUDA headers). Throws core::Error on bad options
 // (before touching the device) and on CUDA failures.
 #pragma once
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/bench_result.h"
+#include "lab/bench_result.h"
 
-namespace afd::kernels::cuda {
+namespace afd::lab {
 
 // What each CTA of a stream mode reads (its own regions):
 //   tma         DRAM by TMA, each stage stage_kib from DRAM and stage_l2_kib from an L2-resident buffer
@@ -90,4 +90,4 @@ using StreamBenchResult = BenchResult<StreamBenchRow>;
 
 StreamBenchResult runStreamBench(const StreamBenchOptions& options);
 
-}  // namespace afd::kernels::cuda
+}  // namespace afd::lab

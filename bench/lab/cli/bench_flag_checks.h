@@ -17,7 +17,7 @@ class App;
 
 namespace afd::cli {
 
-// --warmup-ms into `warmup_ms` (0 ... 60000; kernels/cuda/bench_result.h, kSteadyStateWarmupMs).
+// --warmup-ms into `warmup_ms` (0 ... 60000; lab/bench_result.h, kSteadyStateWarmupMs).
 void addWarmupMsOption(CLI::App& command, double& warmup_ms);
 
 // "device: … copy … TB/s … bf16 gemm … TFLOP/s after the warm-up (… burst …)" on stdout.

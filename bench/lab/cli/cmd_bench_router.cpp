@@ -1,4 +1,4 @@
-// `afd bench router`: the CUDA router timed on the device against its floor (kernels/cuda/router_bench.h).
+// `afd bench router`: the CUDA router timed on the device against its floor (lab/router_bench.h).
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
@@ -6,12 +6,12 @@
 #include <memory>
 #include <string>
 
-#include "cli/bench_flag_checks.h"
-#include "cli/commands.h"
 #include "core/exit_codes.h"
 #include "core/logging.h"
+#include "lab/cli/bench_commands.h"
+#include "lab/cli/bench_flag_checks.h"
 #if defined(AFD_HAVE_CUDA)
-#include "kernels/cuda/router_bench.h"
+#include "lab/router_bench.h"
 #endif
 
 namespace afd::cli {
@@ -19,12 +19,12 @@ namespace {
 
 #if defined(AFD_HAVE_CUDA)
 struct BenchRouterFlags {
-    kernels::cuda::RouterBenchOptions options;
+    lab::RouterBenchOptions options;
     std::string csv;
     bool no_renormalize = false;
 };
 
-void printTable(const kernels::cuda::RouterBenchResult& r, const kernels::cuda::RouterBenchOptions& o) {
+void printTable(const lab::RouterBenchResult& r, const lab::RouterBenchOptions& o) {
     printBenchRates(r.device, r.copy_tbps, r.gemm_tflops, r.gemm_burst_tflops);
     fmt::print("router E {} H {} top-{}{}, {} gate weight sets rotated\n", o.experts, o.hidden, o.top_k,
                o.renormalize ? " renormalised" : "", o.weight_sets);
@@ -35,7 +35,7 @@ void printTable(const kernels::cuda::RouterBenchResult& r, const kernels::cuda::
     }
 }
 
-bool writeCsv(const std::string& path, const kernels::cuda::RouterBenchResult& r) {
+bool writeCsv(const std::string& path, const lab::RouterBenchResult& r) {
     const auto f = openBenchCsv("bench router", path);
     if (f == nullptr) {
         return false;
@@ -60,7 +60,7 @@ int runBenchRouter(BenchRouterFlags& flags) {
     }
     flags.options.renormalize = !flags.no_renormalize;
     return runBenchBody("bench router", [&] {
-        const auto result = kernels::cuda::runRouterBench(flags.options);
+        const auto result = lab::runRouterBench(flags.options);
         printTable(result, flags.options);
         return flags.csv.empty() || writeCsv(flags.csv, result);
     });

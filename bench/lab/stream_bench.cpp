@@ -1,4 +1,4 @@
-#include "kernels/cuda/stream_bench.h"
+#include "lab/stream_bench.h"
 
 #include <cuda_runtime.h>
 
@@ -6,12 +6,12 @@
 #include <vector>
 
 #include "core/check.h"
-#include "kernels/cuda/bench_timing.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
-#include "kernels/cuda/stream_kernel.h"
+#include "lab/bench_timing.h"
+#include "lab/stream_kernel.h"
 
-namespace afd::kernels::cuda {
+namespace afd::lab {
 namespace {
 
 constexpr int64_t kL2BytesPerCta = 128 * 1024;  // 17 MB over 132 SMs: stays in L2
@@ -273,4 +273,4 @@ StreamBenchResult runStreamBench(const StreamBenchOptions& o) {
     return result;
 }
 
-}  // namespace afd::kernels::cuda
+}  // namespace afd::lab

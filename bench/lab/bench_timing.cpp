@@ -1,12 +1,12 @@
-#include "kernels/cuda/bench_timing.h"
+#include "lab/bench_timing.h"
 
 #include <cublas_v2.h>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
-#include "kernels/cuda/moe_stages.h"
+#include "lab/fill_random.h"
 
-namespace afd::kernels::cuda {
+namespace afd::lab {
 namespace {
 
 class CublasHandle {
@@ -147,4 +147,4 @@ GemmRates measureGemmRates(cudaStream_t stream, double warmup_ms) {
     return rates;
 }
 
-}  // namespace afd::kernels::cuda
+}  // namespace afd::lab

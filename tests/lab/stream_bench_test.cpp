@@ -1,7 +1,10 @@
-// `afd bench stream` (kernels/cuda/stream_bench.h): bad options are refused before the device is touched (these run
+// `afd bench stream` (lab/stream_bench.h): bad options are refused before the device is touched (these run
 // on every machine), and on a GPU a short run accounts its bytes consistently: each DRAM path's per-SM rate times the
 // SMs is the aggregate rate it reports, within the spread of the CTAs' end times, and a paced path keeps its pace.
 #include <gtest/gtest.h>
+
+// The lab is a CUDA lab: without the CUDA backend there is nothing to test here.
+#if defined(AFD_HAVE_CUDA)
 
 #include <functional>
 #include <string>
@@ -9,9 +12,9 @@
 
 #include "core/check.h"
 #include "kernels/cuda/device_info.h"
-#include "kernels/cuda/stream_bench.h"
+#include "lab/stream_bench.h"
 
-namespace afd::kernels::cuda {
+namespace afd::lab {
 namespace {
 
 StreamBenchOptions smallRun() {
@@ -75,7 +78,7 @@ TEST(StreamBenchTest, RefusesBadOptionsBeforeTheDevice) {
 }
 
 TEST(StreamBenchTest, ReportsConsistentRatesOnTheDevice) {
-    if (deviceCount() == 0) {
+    if (kernels::cuda::deviceCount() == 0) {
         GTEST_SKIP() << "no CUDA device";
     }
     StreamBenchOptions o = smallRun();
@@ -119,4 +122,5 @@ TEST(StreamBenchTest, ReportsConsistentRatesOnTheDevice) {
 }
 
 }  // namespace
-}  // namespace afd::kernels::cuda
+}  // namespace afd::lab
+#endif  // AFD_HAVE_CUDA

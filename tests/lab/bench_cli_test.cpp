@@ -36,6 +36,8 @@ TEST(BenchCli, RouterRefusesShapesTheRouterDoesNotTake) {
 
 TEST(BenchCli, MoeRefusesUnknownTilesRoutingsAndStages) {
     expectBadFlag({"moe", "--tiles", "wide999"}, "unknown tile config 'wide999'");
+    expectBadFlag({"moe", "--tiles", "small32"}, "unknown tile config 'small32'");  // no longer in kMoeTiles
+    expectBadFlag({"moe", "--tiles", "tall128", "--inter", "96"}, "--tiles: tall128 needs --inter % 128 == 0");
     expectBadFlag({"moe", "--routing", "gauss"}, "--routing: 'gauss'");
     expectBadFlag({"moe", "--omit-stage", "gate-up"}, "--omit-stage");
     expectBadFlag({"moe", "--tokens", "0"}, "--tokens: 0 must be >= 1");
@@ -49,8 +51,6 @@ TEST(BenchCli, MoeRefusesShapesAndCountsTheLayerDoesNotTake) {
     expectBadFlag({"moe", "--reps", "0"}, "--reps");
     expectBadFlag({"moe", "--layers", "0"}, "--layers");
     expectBadFlag({"moe", "--zipf-exponent", "-1"}, "--zipf-exponent");
-    expectBadFlag({"moe", "--fuse-combine-entries", "300"}, "--fuse-combine-entries");
-    expectBadFlag({"moe", "--early-release-up-to", "-1"}, "--early-release-up-to");
     expectBadFlag({"moe", "--warmup-ms", "-1"}, "--warmup-ms");
     expectBadFlag({"router", "--warmup-ms", "-5"}, "--warmup-ms");
 }

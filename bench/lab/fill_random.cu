@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/moe_stages.h"
+#include "lab/fill_random.h"
 
-namespace afd::kernels::cuda {
+namespace afd::lab {
 namespace {
 
 __global__ void fillRandomKernel(uint16_t* data, int64_t n, uint64_t seed, float scale) {
@@ -34,4 +34,4 @@ cudaError_t launchFillRandomBf16(uint16_t* data, int64_t n, uint64_t seed, float
     return cudaGetLastError();
 }
 
-}  // namespace afd::kernels::cuda
+}  // namespace afd::lab

@@ -1,5 +1,5 @@
 // What `afd bench`'s subcommands share (bench_flag_checks.h).
-#include "cli/bench_flag_checks.h"
+#include "lab/cli/bench_flag_checks.h"
 
 #include <fmt/core.h>
 

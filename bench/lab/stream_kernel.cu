@@ -12,10 +12,19 @@
 #include <cstdint>
 
 #include "kernels/cuda/sm90_ptx.cuh"
-#include "kernels/cuda/stream_kernel.h"
+#include "lab/stream_kernel.h"
 
-namespace afd::kernels::cuda {
+namespace afd::lab {
 namespace {
+
+namespace sm90 = kernels::cuda::sm90;
+
+// Device-wide nanosecond clock (the same on every SM): the CTAs' stamps.
+__device__ __forceinline__ uint64_t globalTimer() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 
 constexpr int kLoadThreads = 128;
 constexpr size_t kOneCtaPerSmBytes = 120 * 1024;  // more than half an SM's shared memory
@@ -180,7 +189,7 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
     __syncthreads();
     uint64_t* stamps = args.stamps + cta * kStreamStamps;
     if (tid == 0) {
-        stamps[0] = sm90::globalTimer();
+        stamps[0] = globalTimer();
     }
     // The TMA path: stage c holds dram_stage_bytes from the CTA's DRAM region (the next ones each time), then
     // l2_stage_bytes from its L2 buffer (round robin over the buffer).
@@ -225,7 +234,7 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
             sm90::mbarArrive(&empty[s]);
             *taken = c + 1;
         }
-        stamps[1] = sm90::globalTimer();
+        stamps[1] = globalTimer();
     } else if (args.stage_load_threads > 0 && tid >= 256 - args.stage_load_threads) {
         const int lt = tid - (256 - args.stage_load_threads);
         if (args.stage_load_threads == 128) {
@@ -292,7 +301,7 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
         }
         sm90::namedBarrierSync(1, kLoadThreads);
         if (lt == 0) {
-            stamps[2] = sm90::globalTimer();
+            stamps[2] = globalTimer();
         }
     } else if (tid >= 128 && args.lsu_bytes > 0) {
         // The load path: its own DRAM region after the TMA's, kLoadThreads x kLoads x 16 bytes per step.
@@ -323,7 +332,7 @@ __global__ void __launch_bounds__(256, 1) streamKernel(const StreamKernelArgs ar
         }
         sm90::namedBarrierSync(1, kLoadThreads);
         if (lt == 0) {
-            stamps[2] = sm90::globalTimer();
+            stamps[2] = globalTimer();
         }
     }
 }
@@ -351,4 +360,4 @@ cudaError_t launchStreamKernel(const StreamKernelArgs& args, int ctas, cudaStrea
     return cudaGetLastError();
 }
 
-}  // namespace afd::kernels::cuda
+}  // namespace afd::lab

@@ -12,10 +12,17 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/bench_result.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_memory.h"
+#include "lab/bench_result.h"
 
-namespace afd::kernels::cuda {
+namespace afd::lab {
+
+// The production library's runtime wrappers the benchmarks use (kernels/cuda/device_memory.h, device_info.h).
+using kernels::cuda::DeviceBuffer;
+using kernels::cuda::deviceCount;
+using kernels::cuda::deviceInfo;
+using kernels::cuda::Stream;
 
 // Device memory and streams come from device_memory.h; a benchmark buffer is never empty (cudaMalloc(0) gives a
 // null pointer the kernels would be handed).
@@ -64,7 +71,7 @@ struct Timing {
 // time), then `reps` rounds in which run(i, c) runs once for each c in turn, each run between its own pair of events;
 // one Timing (median, 10th and 90th percentile) per c. Interleaved so that every alternative sees the same clocks:
 // timed one after the other, at T >= 4096 the second of two configs measured 10-15 % slower than the first, whichever
-// it was (docs/cuda-moe-notes.md, v10).
+// it was.
 std::vector<Timing> timeInterleaved(cudaStream_t stream, int warmup, int reps, size_t configs,
                                     const std::function<void(int, size_t)>& run,
                                     double min_warmup_ms = kSteadyStateWarmupMs);
@@ -104,4 +111,4 @@ BenchResult<Row> startBenchResult(cudaStream_t stream, double warmup_ms) {
     return result;
 }
 
-}  // namespace afd::kernels::cuda
+}  // namespace afd::lab

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace afd::kernels::cuda {
+namespace afd::lab {
 
 // L2 policies of the stream kernel's reads: no cache hint; createpolicy evict_normal on every read; evict_first on the
 // DRAM bytes (the L2-resident ones without a hint); the expert GEMMs' (evict_first DRAM, evict_last L2-resident).
@@ -68,4 +68,4 @@ size_t streamKernelSharedBytes(const StreamKernelArgs& args);
 int64_t streamKernelLoadStepBytes();
 cudaError_t launchStreamKernel(const StreamKernelArgs& args, int ctas, cudaStream_t stream);
 
-}  // namespace afd::kernels::cuda
+}  // namespace afd::lab

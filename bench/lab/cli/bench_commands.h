@@ -1,0 +1,16 @@
+// The `afd bench` subcommands (each in its own cmd_bench_*.cpp), added under the `bench` subcommand that
+// addBenchCommand (src/cli/commands.h; cmd_bench.cpp) creates. `exit_code` receives the subcommand's exit code.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace afd::cli {
+
+void addBenchMoeCommand(CLI::App& bench, int& exit_code);
+void addBenchRouterCommand(CLI::App& bench, int& exit_code);
+void addBenchStreamCommand(CLI::App& bench, int& exit_code);
+void addBenchGenerateCommand(CLI::App& bench, int& exit_code);
+
+}  // namespace afd::cli
