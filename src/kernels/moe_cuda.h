@@ -87,8 +87,8 @@ void moeCombineCuda(const MoeParams& params, const MoeCudaPlan& plan, void* work
 size_t routerCudaWorkspaceBytes(int64_t num_tokens, int64_t hidden, int64_t num_experts);
 
 // Router as in router.h on `stream`: logits (fp32, tensor cores, fp32 accumulation), softmax, top-k (ties: lower
-// expert id), optional renormalisation. Requires act_dtype kBf16, hidden % 16 == 0, num_experts % 32 == 0,
-// num_experts <= 256, top_k <= num_experts and top_k <= 32, and a 16-byte aligned device workspace of
+// expert id), optional renormalisation. Requires act_dtype kBf16, hidden % 16 == 0, 1 <= num_experts <= 256,
+// top_k <= num_experts and top_k <= 32, and a 16-byte aligned device workspace of
 // routerCudaWorkspaceBytes. Two kernels, the second launched programmatically (PDL); asynchronous; capturable.
 void routerForwardCuda(const RouterParams& params, void* workspace, size_t workspace_bytes, void* stream);
 

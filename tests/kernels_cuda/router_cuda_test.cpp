@@ -31,10 +31,24 @@ TEST(RouterCudaTest, MatchesCpuReference) {
     }
     std::mt19937 rng(4242);
     const std::vector<RouterCase> cases = {
-        {1, 64, 32, 1, true, true},       {7, 128, 128, 8, true, true},      {16, 2048, 128, 8, true, true},
-        {33, 256, 256, 8, false, true},   {200, 512, 64, 2, true, false},    {5, 96, 32, 32, false, true},
-        {1000, 2048, 128, 8, true, true}, {5000, 2048, 128, 8, true, false}, {70, 1024, 256, 8, true, true},
-        {40, 512, 96, 4, true, true},     {9, 256, 224, 8, false, true},
+        {1, 64, 32, 1, true, true},
+        {7, 128, 128, 8, true, true},
+        {16, 2048, 128, 8, true, true},
+        {33, 256, 256, 8, false, true},
+        {200, 512, 64, 2, true, false},
+        {5, 96, 32, 32, false, true},
+        {1000, 2048, 128, 8, true, true},
+        {5000, 2048, 128, 8, true, false},
+        {70, 1024, 256, 8, true, true},
+        {40, 512, 96, 4, true, true},
+        {9, 256, 224, 8, false, true},
+        // Expert counts that are not multiples of 32 (the tiny fixture's 8; odd counts store logits one by one).
+        {3, 64, 8, 2, true, true},
+        {300, 64, 8, 2, true, true},
+        {17, 128, 7, 3, false, true},
+        {5, 256, 33, 8, true, true},
+        {260, 512, 129, 8, true, true},
+        {2, 64, 1, 1, true, true},
     };
     for (const RouterCase& c : cases) {
         SCOPED_TRACE(testing::Message() << "T " << c.tokens << " H " << c.hidden << " E " << c.experts << " K "
@@ -126,9 +140,10 @@ RouterParams paramsForErrorPaths(int64_t experts) {
     return p;
 }
 
-TEST(RouterCudaTest, RejectsExpertCountNotMultipleOf32) {
+TEST(RouterCudaTest, RejectsExpertCountsOutsideOneTo256) {
     static int workspace[16];
-    EXPECT_THROW(routerForwardCuda(paramsForErrorPaths(40), workspace, sizeof(workspace), nullptr), core::Error);
+    EXPECT_THROW(routerForwardCuda(paramsForErrorPaths(0), workspace, sizeof(workspace), nullptr), core::Error);
+    EXPECT_THROW(routerForwardCuda(paramsForErrorPaths(257), workspace, sizeof(workspace), nullptr), core::Error);
 }
 
 TEST(RouterCudaTest, RejectsTooSmallWorkspace) {

@@ -44,10 +44,10 @@ std::vector<int64_t> bucketsUpTo(int64_t rows) {
     }
 }
 
-// The GPU router takes num_experts % 32 == 0, <= 256 and top_k <= 32 (moe_cuda.h); other shapes are routed on the
-// host with the reference router and the result uploaded like m2n routing.
+// The GPU router takes 1 <= num_experts <= 256 and top_k <= 32 (moe_cuda.h); other shapes are routed on the host
+// with the reference router and the result uploaded like m2n routing.
 bool gpuRouterTakes(const model::ModelConfig& config) {
-    return config.num_experts % 32 == 0 && config.num_experts <= 256 && config.num_experts_per_tok <= 32;
+    return config.num_experts >= 1 && config.num_experts <= 256 && config.num_experts_per_tok <= 32;
 }
 
 double gib(uint64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << 30); }

@@ -142,8 +142,9 @@ __device__ __forceinline__ void logitsMainloop(uint16_t* smem, const uint16_t* x
     cpAsyncWait<0>();
 }
 
-// Calls store(token, expert, v0, v1) for the pairs of acc (logitsMainloop's layout) inside the tile's tokens and
-// experts: (token, expert) and (token, expert + 1), tile-relative.
+// Calls store(token, expert, v0, v1, both) for the pairs of acc (logitsMainloop's layout) inside the tile's tokens and
+// experts: (token, expert) and, when `both`, (token, expert + 1), tile-relative (expert + 1 is outside the tile's
+// experts only where the expert count is odd).
 template <class Store>
 __device__ __forceinline__ void forEachLogitPair(const float (&acc)[2][8][4], int tokens, int experts, Store&& store) {
     const int warp = threadIdx.x >> 5;
@@ -157,13 +158,14 @@ __device__ __forceinline__ void forEachLogitPair(const float (&acc)[2][8][4], in
             const int e = 64 * (warp >> 2) + 8 * j + 2 * t4;
             const int t = 32 * (warp & 3) + 16 * m + g;
             if (e >= experts) {
-                continue;  // experts % 32 == 0 (or 128): e + 1 is inside with e
+                continue;
             }
+            const bool both = e + 1 < experts;
             if (t < tokens) {
-                store(t, e, acc[m][j][0], acc[m][j][1]);
+                store(t, e, acc[m][j][0], acc[m][j][1], both);
             }
             if (t + 8 < tokens) {
-                store(t + 8, e, acc[m][j][2], acc[m][j][3]);
+                store(t + 8, e, acc[m][j][2], acc[m][j][3], both);
             }
         }
     }
@@ -185,8 +187,18 @@ __global__ void __launch_bounds__(kLogitsThreads)
     logitsMainloop(smem, x, gate_w, t0, e0, c_begin, min(chunks_per_split, chunks - c_begin), num_tokens, hidden,
                    num_experts, acc);
     float* out = partial + static_cast<int64_t>(split) * num_tokens * num_experts;
-    forEachLogitPair(acc, num_tokens - t0, num_experts - e0, [&](int t, int e, float v0, float v1) {
-        *reinterpret_cast<float2*>(out + static_cast<int64_t>(t0 + t) * num_experts + e0 + e) = make_float2(v0, v1);
+    // An even expert count keeps every pair 8-byte aligned: one float2 store.
+    const bool pairs_aligned = (num_experts & 1) == 0;
+    forEachLogitPair(acc, num_tokens - t0, num_experts - e0, [&](int t, int e, float v0, float v1, bool both) {
+        float* dst = out + static_cast<int64_t>(t0 + t) * num_experts + e0 + e;
+        if (pairs_aligned && both) {
+            *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+        } else {
+            dst[0] = v0;
+            if (both) {
+                dst[1] = v1;
+            }
+        }
     });
 }
 
@@ -203,18 +215,17 @@ __device__ __forceinline__ void warpArgMax(float& value, int& index) {
     }
 }
 
-// Token t on one warp: lane holds the logits of experts lane + 32 q, logitOf(q) for q < E / 32 (written to `logits`
-// when it is not null), then the softmax and the top-k.
+// Token t on one warp: lane holds the logits of experts lane + 32 q, logitOf(q) for lane + 32 q < E (written to
+// `logits` when it is not null), then the softmax and the top-k.
 template <class LogitOf>
 __device__ __forceinline__ void routeToken(LogitOf&& logitOf, int lane, int t, int num_experts, float* logits,
                                            int32_t* topk_ids, float* topk_weights, int top_k, bool renormalize) {
-    const int stripes = num_experts / 32;
     float p[kMaxStripes];
     float max_logit = -INFINITY;
 #pragma unroll
     for (int q = 0; q < kMaxStripes; ++q) {
         p[q] = -INFINITY;
-        if (q < stripes) {
+        if (lane + 32 * q < num_experts) {
             p[q] = logitOf(q);
             if (logits != nullptr) {
                 logits[static_cast<int64_t>(t) * num_experts + lane + 32 * q] = p[q];
@@ -229,7 +240,7 @@ __device__ __forceinline__ void routeToken(LogitOf&& logitOf, int lane, int t, i
     float sum = 0.0f;
 #pragma unroll
     for (int q = 0; q < kMaxStripes; ++q) {
-        if (q < stripes) {
+        if (lane + 32 * q < num_experts) {
             p[q] = expf(p[q] - max_logit);
             sum += p[q];
         }
@@ -240,7 +251,7 @@ __device__ __forceinline__ void routeToken(LogitOf&& logitOf, int lane, int t, i
     }
 #pragma unroll
     for (int q = 0; q < kMaxStripes; ++q) {
-        p[q] = q < stripes ? p[q] / sum : -1.0f;  // -1 marks "not a candidate" (probabilities are >= 0)
+        p[q] = lane + 32 * q < num_experts ? p[q] / sum : -1.0f;  // -1: not a candidate (probabilities are >= 0)
     }
     float my_weight = 0.0f;
     int my_id = 0;
