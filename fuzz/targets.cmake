@@ -3,12 +3,14 @@
 #
 # afd_fuzz_target(<name>) compiles fuzz/<name>_fuzz.cpp with the repository sources listed in
 # AFD_FUZZ_SOURCES_<name> into ${CMAKE_CURRENT_BINARY_DIR}/bin/<name>_fuzz (a folder of its own: Ninja already
-# names the target's phony alias fuzz/<name>_fuzz), as part of ALL so that CI builds it.
-# Headers under src/core, src/model and src/transport are dependencies, so editing one rebuilds the targets.
+# names the target's phony alias fuzz/<name>_fuzz), as part of ALL so that CI builds it. AFD_FUZZ_DEFINES_<name>
+# adds compiler flags, AFD_FUZZ_LIBS_<name> libraries to link.
+# Headers under src/core, src/model, src/transport and src/tokenizer are dependencies, so editing one rebuilds the
+# targets.
 
 file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/bin)
 file(GLOB afd_fuzz_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/core/*.h ${PROJECT_SOURCE_DIR}/src/model/*.h
-     ${PROJECT_SOURCE_DIR}/src/transport/*.h)
+     ${PROJECT_SOURCE_DIR}/src/transport/*.h ${PROJECT_SOURCE_DIR}/src/tokenizer/*.h)
 
 function(afd_fuzz_target name)
     set(target ${name}_fuzz)
@@ -29,7 +31,8 @@ function(afd_fuzz_target name)
                 "$<$<BOOL:${fmt_includes}>:-I$<JOIN:${fmt_includes},;-I>>"
                 "$<$<BOOL:${json_includes}>:-I$<JOIN:${json_includes},;-I>>"
                 "$<$<BOOL:${fmt_defines}>:-D$<JOIN:${fmt_defines},;-D>>"
-                ${sources} $<TARGET_LINKER_FILE:fmt::fmt> -o ${output}
+                ${AFD_FUZZ_DEFINES_${name}} ${sources} $<TARGET_LINKER_FILE:fmt::fmt> ${AFD_FUZZ_LIBS_${name}}
+                -o ${output}
         DEPENDS ${sources} ${afd_fuzz_headers}
         COMMENT "Building libFuzzer target ${target}"
         COMMAND_EXPAND_LISTS
@@ -44,12 +47,12 @@ afd_fuzz_target(safetensors_header)
 
 # ModelConfig::fromJson (src/model/model_config.h) on arbitrary text as a config.json.
 set(AFD_FUZZ_SOURCES_model_config src/model/model_config.cpp src/core/check.cpp src/core/dtype.cpp
-    src/core/mapped_file.cpp src/core/status.cpp src/core/unique_fd.cpp)
+    src/core/json_fields.cpp src/core/mapped_file.cpp src/core/status.cpp src/core/unique_fd.cpp)
 afd_fuzz_target(model_config)
 
 # The AFD config parsers (src/transport/afd_config.h): the --additional-config wrapper and the bare afd object.
 set(AFD_FUZZ_SOURCES_afd_config src/transport/afd_config.cpp src/transport/topology.cpp src/core/check.cpp
-    src/core/mapped_file.cpp src/core/status.cpp src/core/unique_fd.cpp)
+    src/core/json_fields.cpp src/core/mapped_file.cpp src/core/status.cpp src/core/unique_fd.cpp)
 afd_fuzz_target(afd_config)
 
 # The wire decoders (src/transport/frame.h): header, segment descriptors, hello payload.
@@ -59,3 +62,12 @@ afd_fuzz_target(frame)
 # The admin HTTP server's request-head parser (src/transport/http_request_parser.h).
 set(AFD_FUZZ_SOURCES_http_request src/transport/http_request_parser.cpp)
 afd_fuzz_target(http_request)
+
+# The tokenizer (src/tokenizer/tokenizer.h) on arbitrary bytes, as text to encode and as ids to decode.
+file(GLOB AFD_FUZZ_SOURCES_tokenizer RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS
+     ${PROJECT_SOURCE_DIR}/src/tokenizer/*.cpp)
+list(APPEND AFD_FUZZ_SOURCES_tokenizer src/core/check.cpp src/core/json_fields.cpp src/core/mapped_file.cpp
+     src/core/status.cpp src/core/unique_fd.cpp)
+set(AFD_FUZZ_DEFINES_tokenizer -DPCRE2_CODE_UNIT_WIDTH=8 -DAFD_FUZZ_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+set(AFD_FUZZ_LIBS_tokenizer ${AFD_PCRE2_LIBRARY} ${AFD_UTF8PROC_LIBRARY})
+afd_fuzz_target(tokenizer)

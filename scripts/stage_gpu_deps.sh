@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Stages the Debian build dependencies (fmt, spdlog, nlohmann-json, CLI11, gtest/gmock) for a GPU machine that
-# has a CUDA toolchain but none of them and no network: the .deb files are downloaded here and unpacked (not
-# installed) under DEST/root, which a build there passes as CMAKE_PREFIX_PATH=DEST/root/usr and whose
+# Stages the Debian build dependencies (fmt, spdlog, nlohmann-json, CLI11, gtest/gmock, PCRE2, utf8proc) for a GPU
+# machine that has a CUDA toolchain but none of them and no network: the .deb files are downloaded here and unpacked
+# (not installed) under DEST/root, which a build there passes as CMAKE_PREFIX_PATH=DEST/root/usr and whose
 # lib/x86_64-linux-gnu goes on LD_LIBRARY_PATH. The CMake package files of these packages locate everything
-# relative to themselves, so the unpacked tree works from any path.
+# relative to themselves, and PCRE2 and utf8proc are found by find_path / find_library under CMAKE_PREFIX_PATH, so
+# the unpacked tree works from any path.
 #   scripts/stage_gpu_deps.sh [DEST]      (default DEST: .gpu_deps in the repository root)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="$(realpath -m "${1:-$root/.gpu_deps}")"
-packages=(libfmt-dev libfmt9 libspdlog-dev libspdlog1.10 nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev)
+packages=(libfmt-dev libfmt9 libspdlog-dev libspdlog1.10 nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
+          libpcre2-8-0 libpcre2-dev libutf8proc2 libutf8proc-dev)
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
