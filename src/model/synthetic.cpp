@@ -10,57 +10,25 @@
 #include "core/bf16.h"
 #include "core/check.h"
 #include "core/thread_pool.h"
+#include "model/synthetic_values.h"
 #include "model/weights.h"
 
 namespace afd::model {
 namespace {
 
-uint64_t splitmix64(uint64_t& state) {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-uint64_t hashName(std::string_view name, uint64_t seed) {
-    uint64_t h = 0xcbf29ce484222325ull ^ seed;  // FNV-1a, salted with the seed
-    for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
-    return h;
-}
-
 bool endsWith(std::string_view s, std::string_view suffix) {
     return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-// Values of one tensor: centre + U(-1, 1) * half_width.
-struct Distribution {
-    float centre = 0.0f;
-    float half_width = 0.0f;
-};
-
-Distribution distributionFor(const TensorPlan& plan, const ModelConfig& c) {
-    const std::string& n = plan.name;
-    if (endsWith(n, "norm.weight")) return {1.0f, 0.2f};  // every RMSNorm weight, q_norm/k_norm included
-    if (endsWith(n, ".bias")) return {0.0f, 0.1f};
-    if (n == "model.embed_tokens.weight") return {0.0f, 1.0f};
-    // Linear weights [out, in]: uniform with variance 1/in keeps activations O(1) (std = half_width / sqrt(3)).
-    const int64_t fan_in = plan.shape.back();
-    return {0.0f, static_cast<float>(std::sqrt(3.0 / static_cast<double>(fan_in)))};
-}
-
-void fillTensor(const TensorPlan& plan, const Distribution& dist, uint64_t seed, uint8_t* out, size_t nbytes) {
+void fillTensor(const TensorPlan& plan, const SyntheticDistribution& dist, uint64_t seed, uint8_t* out, size_t nbytes) {
     auto* values = reinterpret_cast<uint16_t*>(out);
     const int64_t count = static_cast<int64_t>(nbytes / sizeof(uint16_t));
-    const uint64_t base = hashName(plan.name, seed);
-    constexpr int64_t kChunk = 1 << 16;  // each chunk has its own stream: the result does not depend on threads
+    const uint64_t key = syntheticTensorKey(plan.name, seed);
+    constexpr int64_t kChunk = kSyntheticChunkElements;  // values do not depend on how chunks go to threads
     core::parallelFor((count + kChunk - 1) / kChunk, 1, [&](int64_t cb, int64_t ce) {
-        for (int64_t chunk = cb; chunk < ce; ++chunk) {
-            uint64_t state = base ^ (static_cast<uint64_t>(chunk) * 0xd1b54a32d192ed03ull);
-            const int64_t end = std::min(count, (chunk + 1) * kChunk);
-            for (int64_t i = chunk * kChunk; i < end; ++i) {
-                const double u = static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53 * 2.0 - 1.0;
-                values[i] = core::floatToBf16Bits(dist.centre + static_cast<float>(u) * dist.half_width);
-            }
+        const int64_t end = std::min(count, ce * kChunk);
+        for (int64_t i = cb * kChunk; i < end; ++i) {
+            values[i] = syntheticValueBits(key, i, dist.centre, dist.half_width);
         }
     });
 }
@@ -74,6 +42,21 @@ core::Status writeText(const std::filesystem::path& path, const std::string& tex
 }
 
 }  // namespace
+
+uint64_t syntheticTensorKey(std::string_view name, uint64_t seed) {
+    uint64_t h = 0xcbf29ce484222325ull ^ seed;  // FNV-1a, salted with the seed
+    for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+    return h;
+}
+
+SyntheticDistribution syntheticDistribution(std::string_view name, const core::Shape& shape) {
+    if (endsWith(name, "norm.weight")) return {1.0f, 0.2f};  // every RMSNorm weight, q_norm/k_norm included
+    if (endsWith(name, ".bias")) return {0.0f, 0.1f};
+    if (name == "model.embed_tokens.weight") return {0.0f, 1.0f};
+    // Linear weights [out, in]: uniform with variance 1/in keeps activations O(1) (std = half_width / sqrt(3)).
+    const int64_t fan_in = shape.back();
+    return {0.0f, static_cast<float>(std::sqrt(3.0 / static_cast<double>(fan_in)))};
+}
 
 std::vector<TensorPlan> checkpointPlan(const ModelConfig& c) {
     using core::DType;
@@ -123,11 +106,11 @@ core::Status writeSyntheticCheckpoint(const std::string& dir, const ModelConfig&
     if (ec) return core::ioError("cannot create directory {}: {}", dir, ec.message());
     CheckpointWriteOptions write_options;
     write_options.max_shard_bytes = options.max_shard_bytes;
-    AFD_RETURN_IF_ERROR(writeCheckpoint(dir, checkpointPlan(config), write_options,
-                                        [&](const TensorPlan& plan, uint8_t* out, size_t nbytes) {
-                                            fillTensor(plan, distributionFor(plan, config), options.seed, out, nbytes);
-                                            return core::Status::ok();
-                                        }));
+    AFD_RETURN_IF_ERROR(writeCheckpoint(
+        dir, checkpointPlan(config), write_options, [&](const TensorPlan& plan, uint8_t* out, size_t nbytes) {
+            fillTensor(plan, syntheticDistribution(plan.name, plan.shape), options.seed, out, nbytes);
+            return core::Status::ok();
+        }));
     AFD_RETURN_IF_ERROR(writeText(std::filesystem::path(dir) / "config.json", config.toJson()));
     std::string generation = "{\n  \"do_sample\": false";
     if (config.bos_token_id >= 0) generation += fmt::format(",\n  \"bos_token_id\": {}", config.bos_token_id);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -23,6 +24,18 @@ struct SyntheticOptions {
 
 // The tensors of a checkpoint for `config`, in HF order (embedding, layers, final norm, LM head).
 std::vector<TensorPlan> checkpointPlan(const ModelConfig& config);
+
+// What the generator draws for one tensor: centre + U(-1, 1) * half_width per element (synthetic_values.h has the
+// formula), from the tensor's name and shape: RMSNorm weights 1 +- 0.2, biases +- 0.1, the embedding +- 1, linear
+// weights [out, in] +- sqrt(3 / in) (variance 1 / in).
+struct SyntheticDistribution {
+    float centre = 0.0f;
+    float half_width = 0.0f;
+};
+SyntheticDistribution syntheticDistribution(std::string_view name, const core::Shape& shape);
+
+// The key of a tensor's random stream (synthetic_values.h): its name hashed with the seed (FNV-1a).
+uint64_t syntheticTensorKey(std::string_view name, uint64_t seed);
 
 // Writes config.json, generation_config.json and the safetensors files into `dir`.
 core::Status writeSyntheticCheckpoint(const std::string& dir, const ModelConfig& config,
