@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <string>
 
+#include "attention/cpu_ops.h"
 #include "attention/engine.h"
 #include "attention/local_mlp_backend.h"
 #include "attention/offline.h"
@@ -98,6 +99,7 @@ void BM_Decode(benchmark::State& state) {
     auto checkpoint = model::Checkpoint::open(dir);
     auto weights = model::loadWeights(*checkpoint, *config, model::WeightSelection::everything(*config));
     AFD_CHECK_OK(weights.status());
+    attention::CpuOps ops;
     attention::LocalMlpBackend backend(*config, *weights);
     attention::EngineOptions options;
     options.scheduler.max_model_len = 256;
@@ -109,7 +111,7 @@ void BM_Decode(benchmark::State& state) {
     double decode_seconds = 0.0;
     int64_t decode_tokens = 0;
     for (auto _ : state) {
-        attention::Engine engine(*config, *weights, backend, options);
+        attention::Engine engine(*config, *weights, ops, backend, options);
         for (const auto& p : prompts) AFD_CHECK_OK(engine.addRequest(p, params).status());
         // The first step is the prefill (and the first token); time the decode steps after it.
         AFD_CHECK_OK(engine.step().status());

@@ -4,10 +4,27 @@
 #include <limits>
 #include <new>
 
-#include "attention/sampler.h"
+#include "attention/graph_batches.h"
 #include "core/check.h"
 
 namespace afd::attention {
+namespace {
+
+// The decode buckets of an engine with these options and limits: none when graphs are off or cannot be used.
+std::vector<int64_t> decodeGraphSizes(const EngineOptions& options, const DeviceOps& ops, const MlpBackend& backend,
+                                      int64_t max_chunks) {
+    if (options.enforce_eager || options.dual_batch_overlap || !ops.supportsGraphs() || !backend.capturable()) {
+        return {};
+    }
+    int64_t cap = max_chunks;
+    if (options.cuda_graph_max_batch_size > 0) cap = std::min(cap, options.cuda_graph_max_batch_size);
+    std::vector<int64_t> sizes =
+        options.cuda_graph_batch_sizes.empty() ? defaultGraphBatchSizes(cap) : options.cuda_graph_batch_sizes;
+    std::erase_if(sizes, [cap](int64_t b) { return b > cap; });
+    return sizes;
+}
+
+}  // namespace
 
 core::Status EngineOptions::validate() const {
     AFD_RETURN_IF_ERROR(scheduler.validate());
@@ -19,18 +36,28 @@ core::Status EngineOptions::validate() const {
                                      num_kv_blocks);
     }
     if (dbo_min_tokens < 2) return core::invalidArgument("dbo_min_tokens must be >= 2, got {}", dbo_min_tokens);
+    if (cuda_graph_max_batch_size < 0) {
+        return core::invalidArgument("cuda_graph_max_batch_size must be >= 0, got {}", cuda_graph_max_batch_size);
+    }
+    for (size_t i = 0; i < cuda_graph_batch_sizes.size(); ++i) {
+        if (cuda_graph_batch_sizes[i] < 1 || (i > 0 && cuda_graph_batch_sizes[i] <= cuda_graph_batch_sizes[i - 1])) {
+            return core::invalidArgument("cuda_graph_batch_sizes must be ascending sizes >= 1, got {} at index {}",
+                                         cuda_graph_batch_sizes[i], i);
+        }
+    }
     return core::Status::ok();
 }
 
-Engine::Engine(const model::ModelConfig& config, const model::ModelWeights& weights, MlpBackend& backend,
-               const EngineOptions& options)
-    : config_(config), options_(options), backend_(backend) {
+Engine::Engine(const model::ModelConfig& config, const model::ModelWeights& weights, DeviceOps& ops,
+               MlpBackend& backend, const EngineOptions& options)
+    : config_(config), options_(options), ops_(ops), backend_(backend) {
     AFD_CHECK_OK(options.validate());
     KvCacheShape shape;
     shape.num_layers = config.num_hidden_layers;
     shape.block_size = options.block_size;
     shape.num_kv_heads = config.num_key_value_heads;
     shape.head_dim = config.head_dim;
+    shape.dtype = ops.activationDType();
     const int64_t blocks_per_seq = (options.scheduler.max_model_len + options.block_size - 1) / options.block_size;
     // NOTE: validate() bounds max_model_len and max_num_seqs, so this product stays far from overflow.
     if (options.num_kv_blocks > 0) {
@@ -43,21 +70,40 @@ Engine::Engine(const model::ModelConfig& config, const model::ModelWeights& weig
             std::numeric_limits<int32_t>::max(),
             std::max<int64_t>(blocks_per_seq, std::min(blocks_per_seq * options.scheduler.max_num_seqs, affordable)));
     }
-    kv_cache_ = std::make_unique<KvCache>(shape);
+    kv_cache_ = std::make_unique<KvCache>(shape, ops);
     scheduler_ = std::make_unique<Scheduler>(options.scheduler, kv_cache_->allocator(), options.block_size);
-    runner_ = std::make_unique<ModelRunner>(config, weights, *kv_cache_, backend);
+    // A sequence holds at most the blocks of max_model_len positions, and never more than the cache has (the
+    // scheduler refuses longer requests); every step fits the token budget and the sequence budget.
+    StepLimits limits;
+    limits.max_tokens = options.scheduler.max_num_batched_tokens;
+    limits.max_chunks = std::min(options.scheduler.max_num_seqs, options.scheduler.max_num_batched_tokens);
+    limits.block_table_width = std::min(blocks_per_seq, shape.num_blocks);
+    limits.max_positions = std::min(options.scheduler.max_model_len, shape.num_blocks * shape.block_size);
+    limits.block_size = options.block_size;
+    limits.graph_batch_sizes = decodeGraphSizes(options, ops, backend, limits.max_chunks);
+    batch_options_.block_size = options.block_size;
+    batch_options_.block_table_width = limits.block_table_width;
+    batch_options_.dual_batch_overlap = options.dual_batch_overlap;
+    batch_options_.dbo_min_tokens = options.dbo_min_tokens;
+    runner_ = std::make_unique<ModelRunner>(config, weights, ops, *kv_cache_, backend, limits);
+    AFD_CHECK_OK(runner_->captureDecodeGraphs());
+    sample_requests_.reserve(static_cast<size_t>(limits.max_chunks));
+    sampled_.reserve(static_cast<size_t>(limits.max_chunks));
 }
 
 core::Result<std::unique_ptr<Engine>> Engine::create(const model::ModelConfig& config,
-                                                     const model::ModelWeights& weights, MlpBackend& backend,
-                                                     const EngineOptions& options) {
+                                                     const model::ModelWeights& weights, DeviceOps& ops,
+                                                     MlpBackend& backend, const EngineOptions& options) {
     AFD_RETURN_IF_ERROR(options.validate());
     try {
-        return std::make_unique<Engine>(config, weights, backend, options);
+        return std::make_unique<Engine>(config, weights, ops, backend, options);
     } catch (const std::bad_alloc&) {
         return core::invalidArgument(
-            "the KV cache does not fit in memory: lower --num-kv-blocks, --kv-cache-mb, "
-            "--max-num-seqs or --max-model-len");
+            "the KV cache and workspaces do not fit in {} memory: lower --num-kv-blocks, --kv-cache-mb, "
+            "--max-num-seqs, --max-num-batched-tokens or --max-model-len",
+            ops.device().toString());
+    } catch (const core::Error& e) {
+        return core::invalidArgument("setting up the engine on {}: {}", ops.device().toString(), e.what());
     }
 }
 
@@ -81,70 +127,42 @@ core::Result<int64_t> Engine::addRequest(std::vector<int32_t> prompt, const Samp
     return id;
 }
 
-ForwardBatch Engine::buildBatch(const ScheduledStep& step) const {
-    ForwardBatch b;
-    int64_t max_blocks = 1;
-    for (const auto& c : step.chunks) max_blocks = std::max<int64_t>(max_blocks, c.seq->blocks.size());
-    b.max_blocks_per_seq = max_blocks;
-    b.block_tables.assign(step.chunks.size() * static_cast<size_t>(max_blocks), -1);
-    std::vector<int64_t> chunk_starts;
-    for (size_t row = 0; row < step.chunks.size(); ++row) {
-        const auto& c = step.chunks[row];
-        std::copy(c.seq->blocks.begin(), c.seq->blocks.end(), b.block_tables.begin() + row * max_blocks);
-        chunk_starts.push_back(b.numTokens());
-        for (int64_t pos = c.begin; pos < c.end; ++pos) {
-            b.tokens.push_back(c.seq->tokenAt(pos));
-            b.positions.push_back(static_cast<int32_t>(pos));
-            b.token_seq.push_back(static_cast<int32_t>(row));
-        }
-        if (c.sample) b.logits_rows.push_back(b.numTokens() - 1);
-    }
-    b.stage_starts = {0};
-    const int64_t T = b.numTokens();
-    if (options_.dual_batch_overlap) {
-        // Always two stages, so every attention rank of an AFD deployment sends the same number of stages; a step
-        // too small to split leaves the second stage empty. Split at the chunk boundary closest to half the tokens
-        // when one is near; otherwise inside a chunk (its second half attends to KV the first half wrote earlier in
-        // the same layer).
-        int64_t split = T;
-        if (T >= options_.dbo_min_tokens) {
-            split = T / 2;
-            int64_t best_distance = T;
-            for (int64_t start : chunk_starts) {
-                if (start > 0 && std::llabs(start - T / 2) < best_distance) {
-                    best_distance = std::llabs(start - T / 2);
-                    if (best_distance <= T / 4) split = start;
-                }
-            }
-        }
-        b.stage_starts.push_back(split);
-    }
-    return b;
-}
-
 core::Result<std::vector<std::unique_ptr<Sequence>>> Engine::step() {
     AFD_CHECK(!finished_, "step() after finish()");
     ScheduledStep scheduled = scheduler_->schedule();
     if (scheduled.empty()) return std::vector<std::unique_ptr<Sequence>>{};
     AFD_CHECK(!broken_, "step() after a failed step");
-    const ForwardBatch batch = buildBatch(scheduled);
+    const ForwardBatch batch = buildForwardBatch(scheduled, batch_options_);
     core::Result<core::Tensor> forward = runner_->forward(batch, next_step_++, false);
     if (!forward.isOk()) {
         broken_ = true;
         return forward.status();
     }
-    core::Tensor logits = std::move(forward).value();
-    size_t row = 0;
+    const core::Tensor logits = std::move(forward).value();
+    const int64_t V = config_.vocab_size;
+    // Rows of `logits` are the sampling chunks in order.
+    sample_requests_.clear();
+    int64_t row = 0;
     for (const auto& c : scheduled.chunks) {
         if (!c.sample) continue;
         Sequence& seq = *c.seq;
-        const float* l = logits.data<float>() + row * static_cast<size_t>(config_.vocab_size);
-        ++row;
         if (seq.want_prompt_logits && seq.prompt_last_logits.empty() &&
             c.end == static_cast<int64_t>(seq.prompt.size())) {
-            seq.prompt_last_logits.assign(l, l + config_.vocab_size);
+            seq.prompt_last_logits.resize(static_cast<size_t>(V));
+            ops_.copy(logits.slice(row, row + 1),
+                      core::Tensor::view(seq.prompt_last_logits.data(), core::DType::kF32, {1, V}));
         }
-        const int32_t token = sampleToken(l, config_.vocab_size, seq.params, seq.rng);
+        sample_requests_.push_back({&seq.params, &seq.rng, static_cast<int64_t>(seq.output.size())});
+        ++row;
+    }
+    sampled_.resize(sample_requests_.size());
+    ops_.sample(logits, sample_requests_, sampled_);
+    ops_.synchronize();  // the prompt logits copies
+    row = 0;
+    for (const auto& c : scheduled.chunks) {
+        if (!c.sample) continue;
+        Sequence& seq = *c.seq;
+        const int32_t token = sampled_[static_cast<size_t>(row++)];
         seq.output.push_back(token);
         const bool eos = !seq.params.ignore_eos && std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(),
                                                              token) != config_.eos_token_ids.end();

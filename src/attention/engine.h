@@ -1,12 +1,15 @@
-// The attention-side engine: requests in, tokens out. Owns the KV cache, the scheduler and the model runner;
-// the MLP/MoE blocks run wherever its MlpBackend puts them (this process for the dense reference, FFN ranks
-// for AFD). Single-threaded: one caller drives step().
+// The attention-side engine: requests in, tokens out. Owns the KV cache, the scheduler and the model runner, all on
+// the device of its DeviceOps (attention/device_ops_factory.h picks them); the MLP/MoE blocks run wherever its
+// MlpBackend puts them (this process for the dense reference, FFN ranks for AFD). Sampling runs through the ops.
+// Single-threaded: one caller drives step().
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "attention/device_ops.h"
+#include "attention/forward_batch.h"
 #include "attention/kv_cache.h"
 #include "attention/mlp_backend.h"
 #include "attention/model_runner.h"
@@ -25,18 +28,32 @@ struct EngineOptions {
     uint64_t kv_cache_bytes = 1ull << 30;  // budget for the automatic block count
     bool dual_batch_overlap = false;       // split every step into two stages
     int64_t dbo_min_tokens = 2;            // steps with fewer tokens leave the second stage empty
+    // CUDA graphs for decode steps (on a device with graphs and a capturable MLP backend; dual-batch overlap steps
+    // always run eagerly): every bucket of the ladder is captured at start, and a decode-only step replays the graph
+    // of the smallest bucket that holds it.
+    bool enforce_eager = false;  // no graphs: every step runs eagerly
+    // The ladder's cap: decode steps of more rows run eagerly. 0: min(max_num_seqs, max_num_batched_tokens), which
+    // also bounds any cap given.
+    int64_t cuda_graph_max_batch_size = 0;
+    // The buckets (ascending, each >= 1); empty: defaultGraphBatchSizes(cap) (graph_batches.h). Sizes above the cap
+    // are left out.
+    std::vector<int64_t> cuda_graph_batch_sizes;
     core::Status validate() const;
 };
 
 class Engine {
 public:
-    Engine(const model::ModelConfig& config, const model::ModelWeights& weights, MlpBackend& backend,
+    // `weights` on ops' device; `ops` and `backend` outlive the engine. Every buffer (KV cache, workspaces, step
+    // metadata) is allocated here, at the limits the options set: max_num_batched_tokens rows, max_num_seqs sequences;
+    // the decode graphs are captured here too.
+    Engine(const model::ModelConfig& config, const model::ModelWeights& weights, DeviceOps& ops, MlpBackend& backend,
            const EngineOptions& options);
-    // As the constructor, with the options checked (errors name the option) and a KV cache that cannot be
-    // allocated reported as an error instead of an exception.
+    // As the constructor, with the options checked (errors name the option), and a KV cache that cannot be
+    // allocated or a device that refuses the model (a kernel's limit, a failed graph capture) reported as an error
+    // instead of an exception.
     static core::Result<std::unique_ptr<Engine>> create(const model::ModelConfig& config,
-                                                        const model::ModelWeights& weights, MlpBackend& backend,
-                                                        const EngineOptions& options);
+                                                        const model::ModelWeights& weights, DeviceOps& ops,
+                                                        MlpBackend& backend, const EngineOptions& options);
 
     // Queues a request; returns its id. Errors (bad sampling params, too long) name the field.
     core::Result<int64_t> addRequest(std::vector<int32_t> prompt, const SamplingParams& params,
@@ -49,15 +66,22 @@ public:
     core::Status finish();
 
     uint64_t numSteps() const { return next_step_; }
+    // Steps that replayed a CUDA graph, and steps that ran eagerly (for tests and metrics).
+    uint64_t numGraphReplays() const { return runner_->numGraphReplays(); }
+    uint64_t numEagerSteps() const { return runner_->numEagerSteps(); }
+    // The decode buckets captured at start (empty without graphs), and the device memory their graphs hold.
+    const std::vector<int64_t>& graphBatchSizes() const { return runner_->graphBatchSizes(); }
+    uint64_t graphMemoryBytes() const { return ops_.graphMemoryBytes(); }
     const Scheduler& scheduler() const { return *scheduler_; }
     const MlpBackend& backend() const { return backend_; }
+    const KvCache& kvCache() const { return *kv_cache_; }
 
 private:
-    ForwardBatch buildBatch(const ScheduledStep& step) const;
-
     const model::ModelConfig& config_;
     EngineOptions options_;
+    DeviceOps& ops_;
     MlpBackend& backend_;
+    ForwardBatchOptions batch_options_;
     std::unique_ptr<KvCache> kv_cache_;
     std::unique_ptr<Scheduler> scheduler_;
     std::unique_ptr<ModelRunner> runner_;
@@ -65,6 +89,9 @@ private:
     uint64_t next_step_ = 0;
     bool finished_ = false;
     bool broken_ = false;  // a step failed part-way
+    // Per-step scratch, reused.
+    std::vector<SampleRequest> sample_requests_;
+    std::vector<int32_t> sampled_;
 };
 
 }  // namespace afd::attention

@@ -5,7 +5,8 @@
 namespace afd::attention {
 
 uint64_t KvCacheShape::bytes() const {
-    return 2ull * static_cast<uint64_t>(num_layers * num_blocks * block_size * num_kv_heads * head_dim) * sizeof(float);
+    return 2ull * static_cast<uint64_t>(num_layers * num_blocks * block_size * num_kv_heads * head_dim) *
+           core::dtypeSize(dtype);
 }
 
 BlockAllocator::BlockAllocator(int64_t num_blocks) : num_blocks_(num_blocks), in_use_(static_cast<size_t>(num_blocks)) {
@@ -29,21 +30,18 @@ void BlockAllocator::release(int32_t block) {
     free_.push_back(block);
 }
 
-KvCache::KvCache(const KvCacheShape& shape) : shape_(shape), allocator_(shape.num_blocks) {
+KvCache::KvCache(const KvCacheShape& shape, DeviceOps& ops) : shape_(shape), allocator_(shape.num_blocks) {
     AFD_CHECK(shape.num_layers > 0 && shape.block_size > 0 && shape.num_kv_heads > 0 && shape.head_dim > 0,
               "bad KV cache shape");
+    AFD_CHECK(shape.dtype == ops.activationDType(), "a {} KV cache on {}, whose activations are {}",
+              core::dtypeName(shape.dtype), ops.device().toString(), core::dtypeName(ops.activationDType()));
     const core::Shape pool = {shape.num_blocks, shape.block_size, shape.num_kv_heads, shape.head_dim};
     for (int64_t l = 0; l < shape.num_layers; ++l) {
         // NOTE: uninitialised on purpose: attention only reads positions written earlier, and untouched pages
-        // of a large cache are never faulted in.
-        keys_.push_back(core::Tensor::empty(core::DType::kF32, pool));
-        values_.push_back(core::Tensor::empty(core::DType::kF32, pool));
+        // of a large host cache are never faulted in.
+        keys_.push_back(ops.empty(shape.dtype, pool));
+        values_.push_back(ops.empty(shape.dtype, pool));
     }
-}
-
-kernels::PagedKvLayout KvCache::layout(const int32_t* block_tables, int64_t max_blocks_per_seq) const {
-    return {shape_.num_blocks, shape_.block_size, shape_.num_kv_heads,
-            shape_.head_dim,   block_tables,      max_blocks_per_seq};
 }
 
 }  // namespace afd::attention

@@ -1,16 +1,17 @@
-// Paged KV cache (CPU) and its block allocator.
+// Paged KV cache on the ops' device and its block allocator (host).
 //
-// Per layer, keys and values are pools [num_blocks, block_size, num_kv_heads, head_dim] of FP32; a sequence owns
-// a list of block ids (its block table), allocated as it grows and freed when it finishes or is preempted.
-// Not thread-safe: owned and used by the engine thread.
+// Per layer, keys and values are pools [num_blocks, block_size, num_kv_heads, head_dim] in the ops' activation dtype
+// (FP32 on the CPU, BF16 on CUDA), allocated once through DeviceOps and uninitialised (attention reads only positions
+// written earlier). A sequence owns a list of block ids (its block table), allocated as it grows and freed when it
+// finishes or is preempted. Not thread-safe: owned and used by the engine thread.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <vector>
 
+#include "attention/device_ops.h"
 #include "core/tensor.h"
-#include "kernels/attention.h"
 
 namespace afd::attention {
 
@@ -20,7 +21,8 @@ struct KvCacheShape {
     int64_t block_size = 16;
     int64_t num_kv_heads = 0;
     int64_t head_dim = 0;
-    uint64_t bytes() const;
+    core::DType dtype = core::DType::kF32;
+    uint64_t bytes() const;  // keys and values of every layer
 };
 
 class BlockAllocator {
@@ -39,12 +41,13 @@ private:
 
 class KvCache {
 public:
-    explicit KvCache(const KvCacheShape& shape);
+    // shape.dtype must be ops.activationDType(). Throws std::bad_alloc (or core::Error) when the pools do not fit.
+    KvCache(const KvCacheShape& shape, DeviceOps& ops);
 
     const KvCacheShape& shape() const { return shape_; }
-    float* keys(int64_t layer) { return keys_[static_cast<size_t>(layer)].data<float>(); }
-    float* values(int64_t layer) { return values_[static_cast<size_t>(layer)].data<float>(); }
-    kernels::PagedKvLayout layout(const int32_t* block_tables, int64_t max_blocks_per_seq) const;
+    // [num_blocks, block_size, num_kv_heads, head_dim] on the ops' device.
+    const core::Tensor& keys(int64_t layer) const { return keys_.at(static_cast<size_t>(layer)); }
+    const core::Tensor& values(int64_t layer) const { return values_.at(static_cast<size_t>(layer)); }
     BlockAllocator& allocator() { return allocator_; }
 
 private:

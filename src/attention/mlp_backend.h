@@ -1,15 +1,21 @@
 // Where the MLP/MoE block of each decoder layer runs, seen from the model runner.
 //
 // The runner calls, per step: beginStep; then for each layer and stage: submit (start the block on that stage's
-// post-attention-norm activations) and later collect (wait until its output is in `out`); then endStep.
+// post-attention-norm activations) and later collect (until its output is in `out`); then endStep.
 // Submit and collect are split so that a remote backend can overlap one stage's transfer with the other
 // stage's attention (dual-batch overlap). All calls come from the engine thread.
+//
+// Devices and streams: activations are tensors on the model runner's DeviceOps device, in its activation dtype. A
+// backend's work is ordered on the ops' stream: submit's reads of x come after the ops enqueued before it, and after
+// collect the ops enqueued next see `out` written (on the CPU every call completes before it returns).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "attention/device_ops.h"
 #include "core/status.h"
+#include "core/tensor.h"
 
 namespace afd::attention {
 
@@ -17,18 +23,30 @@ struct StepPlan {
     uint64_t step = 0;
     std::vector<int64_t> stage_tokens;  // tokens of each stage (1 stage, or 2 under dual-batch overlap)
     bool last = false;                  // no further steps will follow (the rank is leaving)
+    // A padded step (a CUDA graph's bucket; one stage): [1] I32 on the ops' device, the number of leading rows that
+    // are real. The other rows are padding whose MLP output is never read, and a backend may route them nowhere. It
+    // is read on the device, so a replayed graph sees each step's count. No data (the default): every row is real.
+    core::Tensor num_valid_tokens;
+    bool padded() const { return num_valid_tokens.rawData() != nullptr; }
 };
 
 class MlpBackend {
 public:
     virtual ~MlpBackend() = default;
 
+    // Allocates what steps within `limits` need (device workspaces), before the first step; the model runner calls
+    // it once. Backends that allocate nothing need not override it.
+    virtual void reserve(const StepLimits& limits) { (void)limits; }
     virtual core::Status beginStep(const StepPlan& plan) = 0;
-    // x [num_tokens, H] FP32 stays valid and unmodified until the matching collect returns; the result goes to
-    // out [num_tokens, H] FP32, which is written by the time collect returns.
-    virtual core::Status submit(int64_t layer, int stage, const float* x, int64_t num_tokens, float* out) = 0;
+    // x [n, H] (the ops' activation dtype, on the ops' device) stays valid and unmodified until the matching collect
+    // returns; the result goes to out [n, H] (same dtype and device), written as seen from the ops' stream once
+    // collect returns. Tensors are handles: `out` is written through.
+    virtual core::Status submit(int64_t layer, int stage, const core::Tensor& x, const core::Tensor& out) = 0;
     virtual core::Status collect(int64_t layer, int stage) = 0;
     virtual core::Status endStep() = 0;
+    // Whether submit and collect only enqueue work on the ops' stream (no host synchronisation, no host-side
+    // dependence on the data), so that a step's layers can be captured in a CUDA graph and replayed.
+    virtual bool capturable() const = 0;
     // Per-layer time this backend spent, for reports; backends without a breakdown return an empty vector.
     struct LayerTiming {
         double compute_seconds = 0.0;   // local compute

@@ -1,152 +1,231 @@
 #include "attention/model_runner.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <numeric>
+#include <vector>
 
+#include "attention/graph_batches.h"
 #include "core/check.h"
-#include "kernels/attention.h"
-#include "kernels/embedding.h"
-#include "kernels/linear.h"
-#include "kernels/norm.h"
+#include "core/logging.h"
 #include "kernels/rope.h"
 
 namespace afd::attention {
 namespace {
 
-// Weights that are absent (e.g. biases when attention_bias is false) are default tensors with no data.
-const core::Bf16* bf16(const core::Tensor& t) { return t.rawData() == nullptr ? nullptr : t.data<core::Bf16>(); }
+// Absent weights (biases when attention_bias is false) are default tensors with no data.
+const core::Tensor* optional(const core::Tensor& t) { return t.rawData() == nullptr ? nullptr : &t; }
 
-void linear(int64_t rows, int64_t in, int64_t out, const float* x, const core::Tensor& w, const core::Tensor& bias,
-            float* y) {
-    kernels::linearCpu({rows, in, out, x, bf16(w), bf16(bias), y});
+void expectWeight(const core::Tensor& t, const core::Shape& shape, const core::Device& device, const char* what,
+                  int64_t layer) {
+    AFD_CHECK(t.rawData() != nullptr && t.dtype() == core::DType::kBf16 && t.shape() == shape,
+              "model runner: layer {} {} must be BF16 {}, got {} {}", layer, what, core::shapeToString(shape),
+              core::dtypeName(t.dtype()), core::shapeToString(t.shape()));
+    AFD_CHECK(t.device() == device, "model runner: layer {} {} is on {}, the ops on {}", layer, what,
+              t.device().toString(), device.toString());
+}
+
+// The RoPE table for positions [0, max_positions), computed on the host and copied to the ops' device.
+RopeTable makeRopeTable(DeviceOps& ops, int64_t max_positions, int64_t head_dim, double theta) {
+    const int64_t half = head_dim / 2;
+    std::vector<int32_t> positions(static_cast<size_t>(max_positions));
+    std::iota(positions.begin(), positions.end(), 0);
+    core::Tensor cos = core::Tensor::empty(core::DType::kF32, {max_positions, half});
+    core::Tensor sin = core::Tensor::empty(core::DType::kF32, {max_positions, half});
+    kernels::ropeTableCpu(positions.data(), max_positions, head_dim, theta, cos.data<float>(), sin.data<float>());
+    RopeTable table{ops.empty(core::DType::kF32, {max_positions, half}),
+                    ops.empty(core::DType::kF32, {max_positions, half})};
+    ops.copy(cos, table.cos);
+    ops.copy(sin, table.sin);
+    ops.synchronize();  // the host tables die here
+    return table;
 }
 
 }  // namespace
 
-ModelRunner::ModelRunner(const model::ModelConfig& config, const model::ModelWeights& weights, KvCache& kv_cache,
-                         MlpBackend& backend)
-    : config_(config), weights_(weights), kv_cache_(kv_cache), backend_(backend) {}
-
-void ModelRunner::attentionBlock(int64_t layer, const ForwardBatch& b, int64_t begin, int64_t end) {
-    const auto& w = weights_.attention[static_cast<size_t>(layer)];
-    const int64_t n = end - begin;
-    if (n == 0) return;
-    const int64_t H = config_.hidden_size;
-    const int64_t hd = config_.head_dim;
-    const int64_t nh = config_.num_attention_heads;
-    const int64_t nkv = config_.num_key_value_heads;
-    const float eps = static_cast<float>(config_.rms_norm_eps);
-    float* h = hidden_.data() + begin * H;
-    float* x = normed_.data() + begin * H;
-    float* q = q_.data() + begin * nh * hd;
-    float* k = k_.data() + begin * nkv * hd;
-    float* v = v_.data() + begin * nkv * hd;
-    float* attn = attn_.data() + begin * nh * hd;
-    float* proj = proj_.data() + begin * H;
-
-    kernels::rmsNormCpu({n, H, eps, h, bf16(w.input_norm), x});
-    linear(n, H, nh * hd, x, w.q_proj, w.q_bias, q);
-    linear(n, H, nkv * hd, x, w.k_proj, w.k_bias, k);
-    linear(n, H, nkv * hd, x, w.v_proj, w.v_bias, v);
-    kernels::rmsNormCpu({n * nh, hd, eps, q, bf16(w.q_norm), q});
-    kernels::rmsNormCpu({n * nkv, hd, eps, k, bf16(w.k_norm), k});
-    const float* cos = cos_.data() + begin * hd / 2;
-    const float* sin = sin_.data() + begin * hd / 2;
-    kernels::applyRopeCpu({n, nh, hd, cos, sin, q});
-    kernels::applyRopeCpu({n, nkv, hd, cos, sin, k});
-
-    const auto layout = kv_cache_.layout(b.block_tables.data(), b.max_blocks_per_seq);
-    kernels::KvCacheWriteParams write;
-    write.layout = layout;
-    write.num_tokens = n;
-    write.token_seq = b.token_seq.data() + begin;
-    write.token_pos = b.positions.data() + begin;
-    write.k = k;
-    write.v = v;
-    write.k_cache = kv_cache_.keys(layer);
-    write.v_cache = kv_cache_.values(layer);
-    kernels::kvCacheWriteCpu(write);
-    kernels::PagedAttentionParams ap;
-    ap.layout = layout;
-    ap.num_tokens = n;
-    ap.num_heads = nh;
-    ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    ap.token_seq = write.token_seq;
-    ap.token_pos = write.token_pos;
-    ap.q = q;
-    ap.k_cache = write.k_cache;
-    ap.v_cache = write.v_cache;
-    ap.out = attn;
-    kernels::pagedAttentionCpu(ap);
-    linear(n, nh * hd, H, attn, w.o_proj, w.o_bias, proj);
-    for (int64_t i = 0; i < n * H; ++i) h[i] += proj[i];
-    kernels::rmsNormCpu({n, H, eps, h, bf16(w.post_norm), x});
+ModelRunner::ModelRunner(const model::ModelConfig& config, const model::ModelWeights& weights, DeviceOps& ops,
+                         KvCache& kv_cache, MlpBackend& backend, const StepLimits& limits)
+    : config_(config),
+      weights_(weights),
+      ops_(ops),
+      kv_cache_(kv_cache),
+      backend_(backend),
+      step_buffers_(ops, limits),
+      limits_(limits) {
+    const int64_t H = config.hidden_size;
+    const int64_t hd = config.head_dim;
+    const core::Device device = ops.device();
+    AFD_CHECK(limits.max_positions > 0, "model runner: no positions");
+    expectWeight(weights.embed, {config.vocab_size, H}, device, "embed_tokens", -1);
+    expectWeight(weights.lm_head, {config.vocab_size, H}, device, "lm_head", -1);
+    expectWeight(weights.final_norm, {H}, device, "final norm", -1);
+    AFD_CHECK(static_cast<int64_t>(weights.attention.size()) == config.num_hidden_layers,
+              "model runner: {} attention layers for {} layers", weights.attention.size(), config.num_hidden_layers);
+    const int64_t qkv_rows = config.qSize() + 2 * config.kvSize();
+    for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+        const auto& w = weights.attention[static_cast<size_t>(l)];
+        expectWeight(w.input_norm, {H}, device, "input_layernorm", l);
+        expectWeight(w.qkv_proj, {qkv_rows, H}, device, "fused qkv_proj", l);
+        expectWeight(w.o_proj, {H, config.qSize()}, device, "o_proj", l);
+        expectWeight(w.q_norm, {hd}, device, "q_norm", l);
+        expectWeight(w.k_norm, {hd}, device, "k_norm", l);
+        expectWeight(w.post_norm, {H}, device, "post_attention_layernorm", l);
+        if (config.attention_bias) {
+            expectWeight(w.qkv_bias, {qkv_rows}, device, "fused qkv bias", l);
+            expectWeight(w.o_bias, {H}, device, "o_proj bias", l);
+        }
+    }
+    AFD_CHECK(std::is_sorted(limits.graph_batch_sizes.begin(), limits.graph_batch_sizes.end()) &&
+                  (limits.graph_batch_sizes.empty() ||
+                   (limits.graph_batch_sizes.front() >= 1 && limits.graph_batch_sizes.back() <= limits.max_chunks)),
+              "model runner: graph batch sizes must ascend within [1, {}]", limits.max_chunks);
+    ops.reserve(config, limits);
+    backend.reserve(limits);
+    rope_ = makeRopeTable(ops, limits.max_positions, hd, config.rope_theta);
+    const core::DType act = ops.activationDType();
+    const int64_t T = limits.max_tokens;
+    const int64_t R = limits.max_chunks;
+    hidden_ = ops.empty(core::DType::kF32, {T, H});
+    normed_ = ops.empty(act, {T, H});
+    qkv_ = ops.empty(act, {T, qkv_rows});
+    q_ = ops.empty(act, {T, config.qSize()});
+    attn_ = ops.empty(act, {T, config.qSize()});
+    proj_ = ops.empty(act, {T, H});
+    mlp_out_ = ops.empty(act, {T, H});
+    final_normed_ = ops.empty(act, {R, H});
+    logits_ = ops.empty(core::DType::kF32, {R, config.vocab_size});
 }
 
-core::Result<core::Tensor> ModelRunner::forward(const ForwardBatch& b, uint64_t step, bool last) {
-    const int64_t T = b.numTokens();
-    const int64_t H = config_.hidden_size;
-    const int64_t hd = config_.head_dim;
-    AFD_CHECK(!b.stage_starts.empty() && b.stage_starts[0] == 0 && b.stage_starts.size() <= 2,
-              "stage starts must be {{0}} or {{0, T0}}");
-    AFD_CHECK(static_cast<int64_t>(b.positions.size()) == T && static_cast<int64_t>(b.token_seq.size()) == T,
-              "batch arrays disagree on the token count");
-    auto grow = [](std::vector<float>& buf, int64_t n) {
-        if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
-    };
-    grow(hidden_, T * H);
-    grow(normed_, T * H);
-    grow(proj_, T * H);
-    grow(mlp_out_, T * H);
-    grow(q_, T * config_.qSize());
-    grow(k_, T * config_.kvSize());
-    grow(v_, T * config_.kvSize());
-    grow(attn_, T * config_.qSize());
-    grow(cos_, T * hd / 2);
-    grow(sin_, T * hd / 2);
+void ModelRunner::inputNorm(int64_t layer, const StageTensors& stage) {
+    const auto& w = weights_.attention[static_cast<size_t>(layer)];
+    const float eps = static_cast<float>(config_.rms_norm_eps);
+    const core::Tensor residual = hidden_.slice(stage.begin, stage.end);
+    const core::Tensor out = normed_.slice(stage.begin, stage.end);
+    if (layer == 0) {
+        ops_.addRmsNorm(residual, nullptr, nullptr, w.input_norm, eps, out);
+        return;
+    }
+    const core::Tensor mlp = mlp_out_.slice(stage.begin, stage.end);
+    ops_.addRmsNorm(residual, &mlp, nullptr, w.input_norm, eps, out);
+}
 
-    kernels::embeddingCpu({T, config_.vocab_size, H, b.tokens.data(), bf16(weights_.embed), hidden_.data()});
-    kernels::ropeTableCpu(b.positions.data(), T, hd, config_.rope_theta, cos_.data(), sin_.data());
+void ModelRunner::attentionBlock(int64_t layer, const StepTensors& step, const StageTensors& stage) {
+    const auto& w = weights_.attention[static_cast<size_t>(layer)];
+    const int64_t b = stage.begin;
+    const int64_t e = stage.end;
+    const float eps = static_cast<float>(config_.rms_norm_eps);
+    const core::Tensor x = normed_.slice(b, e);
+    const core::Tensor qkv = qkv_.slice(b, e);
+    const core::Tensor q = q_.slice(b, e);
+    const core::Tensor attn = attn_.slice(b, e);
+    const core::Tensor proj = proj_.slice(b, e);
+    const core::Tensor& k_cache = kv_cache_.keys(layer);
+    const core::Tensor& v_cache = kv_cache_.values(layer);
 
-    const int num_stages = static_cast<int>(b.stage_starts.size());
-    auto stageBegin = [&](int s) { return b.stage_starts[static_cast<size_t>(s)]; };
-    auto stageEnd = [&](int s) { return s + 1 < num_stages ? b.stage_starts[static_cast<size_t>(s + 1)] : T; };
+    ops_.linear(x, w.qkv_proj, optional(w.qkv_bias), qkv);
+    ops_.qkvRopeKvWrite(qkv, w.q_norm, w.k_norm, eps, rope_, step.positions.slice(b, e), step.slot_mapping.slice(b, e),
+                        k_cache, v_cache, q);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+    ops_.attention(q, k_cache, v_cache, stage.chunks, scale, attn);
+    ops_.linear(attn, w.o_proj, nullptr, proj);
+    ops_.addRmsNorm(hidden_.slice(b, e), &proj, optional(w.o_bias), w.post_norm, eps, x);
+}
+
+core::Result<core::Tensor> ModelRunner::forward(const ForwardBatch& batch, uint64_t step, bool last) {
+    if (!graph_sizes_.empty() && !last && batch.num_padding == 0 && batch.isDecodeOnly()) {
+        if (const auto bucket = graphBucketFor(graph_sizes_, batch.numTokens())) {
+            padded_ = batch;
+            padDecodeBatch(padded_, *bucket);
+            (void)upload(padded_);
+            ops_.replayGraph(*bucket);
+            ++graph_replays_;
+            return logits_.slice(0, batch.numTokens());
+        }
+    }
+    ++eager_steps_;
+    return run(upload(batch), step, last);
+}
+
+core::Status ModelRunner::captureDecodeGraphs() {
+    AFD_CHECK(graph_sizes_.empty() && graph_replays_ == 0 && eager_steps_ == 0,
+              "model runner: decode graphs are captured once, before the first step");
+    if (limits_.graph_batch_sizes.empty()) return core::Status::ok();
+    if (!ops_.supportsGraphs()) return core::unsupported("{} has no graphs", ops_.device().toString());
+    if (!backend_.capturable()) return core::unsupported("the MLP backend cannot be captured in a graph");
+    const auto start = std::chrono::steady_clock::now();
+    const uint64_t bytes_before = ops_.graphMemoryBytes();
+    // The captured attention keeps this bound on every replay's sequence lengths.
+    const auto max_seq_len = static_cast<int32_t>(limits_.max_positions);
+    for (const int64_t rows : limits_.graph_batch_sizes) {
+        const ForwardBatch dummy = paddingDecodeBatch(rows, limits_.block_table_width, max_seq_len);
+        const StepTensors tensors = upload(dummy);
+        // NOTE: an eager run first, so that one-time work (module loading, library setup) happens outside the capture.
+        AFD_RETURN_IF_ERROR(run(tensors, 0, false).status());
+        ops_.synchronize();  // the next upload rewrites the host staging this one's copies read
+        AFD_RETURN_IF_ERROR(ops_.captureGraph(rows, [&] { return run(tensors, 0, false).status(); }));
+    }
+    ops_.synchronize();
+    graph_sizes_ = limits_.graph_batch_sizes;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    AFD_LOG_INFO("{}: captured {} decode graphs (batch sizes {} ... {}) in {:.2f} s, {:.1f} MiB of device memory",
+                 ops_.device().toString(), graph_sizes_.size(), graph_sizes_.front(), graph_sizes_.back(), seconds,
+                 static_cast<double>(ops_.graphMemoryBytes() - bytes_before) / (1 << 20));
+    return core::Status::ok();
+}
+
+core::Result<core::Tensor> ModelRunner::run(const StepTensors& st, uint64_t step, bool last) {
+    const int64_t T = st.tokens.numel();
+    ops_.embedding(st.tokens, weights_.embed, hidden_.slice(0, T));
+
     StepPlan plan;
     plan.step = step;
     plan.last = last;
-    for (int s = 0; s < num_stages; ++s) plan.stage_tokens.push_back(stageEnd(s) - stageBegin(s));
+    for (const auto& stage : st.stages) plan.stage_tokens.push_back(stage.end - stage.begin);
+    if (st.padded) {
+        AFD_CHECK(st.stages.size() == 1, "model runner: a padded step has one stage, got {}", st.stages.size());
+        plan.num_valid_tokens = st.num_valid;
+    }
     AFD_RETURN_IF_ERROR(backend_.beginStep(plan));
 
     // Dual-batch order: for each layer and stage, finish the stage's previous MLP, then run its attention and
     // submit its MLP, so one stage's attention overlaps the other stage's MLP.
-    auto collectInto = [&](int64_t layer, int s) -> core::Status {
-        AFD_RETURN_IF_ERROR(backend_.collect(layer, s));
-        for (int64_t i = stageBegin(s) * H; i < stageEnd(s) * H; ++i)
-            hidden_[static_cast<size_t>(i)] += mlp_out_[static_cast<size_t>(i)];
-        return core::Status::ok();
-    };
-    for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
-        for (int s = 0; s < num_stages; ++s) {
-            if (layer > 0) AFD_RETURN_IF_ERROR(collectInto(layer - 1, s));
-            attentionBlock(layer, b, stageBegin(s), stageEnd(s));
-            AFD_RETURN_IF_ERROR(backend_.submit(layer, s, normed_.data() + stageBegin(s) * H,
-                                                stageEnd(s) - stageBegin(s), mlp_out_.data() + stageBegin(s) * H));
+    const int64_t L = config_.num_hidden_layers;
+    for (int64_t layer = 0; layer < L; ++layer) {
+        for (size_t s = 0; s < st.stages.size(); ++s) {
+            const StageTensors& stage = st.stages[s];
+            if (layer > 0) AFD_RETURN_IF_ERROR(backend_.collect(layer - 1, static_cast<int>(s)));
+            // NOTE: an empty stage (a DBO step too small to split) runs no ops but still crosses to the backend.
+            if (stage.end > stage.begin) {
+                inputNorm(layer, stage);
+                attentionBlock(layer, st, stage);
+            }
+            AFD_RETURN_IF_ERROR(backend_.submit(layer, static_cast<int>(s), normed_.slice(stage.begin, stage.end),
+                                                mlp_out_.slice(stage.begin, stage.end)));
         }
     }
-    for (int s = 0; s < num_stages; ++s) AFD_RETURN_IF_ERROR(collectInto(config_.num_hidden_layers - 1, s));
+    const float eps = static_cast<float>(config_.rms_norm_eps);
+    for (size_t s = 0; s < st.stages.size(); ++s) {
+        const StageTensors& stage = st.stages[s];
+        if (L == 0) continue;
+        AFD_RETURN_IF_ERROR(backend_.collect(L - 1, static_cast<int>(s)));
+        // The last residual add, as the op between blocks does it; its normed rows are not used (rmsNormRows below
+        // normalises the rows that sample again), which keeps the add in the one op that every device has.
+        if (stage.end > stage.begin) {
+            const core::Tensor mlp = mlp_out_.slice(stage.begin, stage.end);
+            ops_.addRmsNorm(hidden_.slice(stage.begin, stage.end), &mlp, nullptr, weights_.final_norm, eps,
+                            normed_.slice(stage.begin, stage.end));
+        }
+    }
     AFD_RETURN_IF_ERROR(backend_.endStep());
 
-    const int64_t R = static_cast<int64_t>(b.logits_rows.size());
-    std::vector<float> final_rows(static_cast<size_t>(R * H));
-    for (int64_t r = 0; r < R; ++r) {
-        const int64_t t = b.logits_rows[static_cast<size_t>(r)];
-        AFD_CHECK(t >= 0 && t < T, "logits row {} outside the batch of {}", t, T);
-        std::copy(hidden_.begin() + t * H, hidden_.begin() + (t + 1) * H, final_rows.begin() + r * H);
+    const int64_t R = st.logits_rows.numel();
+    const core::Tensor logits = logits_.slice(0, R);
+    if (R > 0) {
+        const core::Tensor normed = final_normed_.slice(0, R);
+        ops_.rmsNormRows(hidden_.slice(0, T), st.logits_rows, weights_.final_norm, eps, normed);
+        ops_.linear(normed, weights_.lm_head, nullptr, logits);
     }
-    kernels::rmsNormCpu({R, H, static_cast<float>(config_.rms_norm_eps), final_rows.data(), bf16(weights_.final_norm),
-                         final_rows.data()});
-    core::Tensor logits = core::Tensor::empty(core::DType::kF32, {R, config_.vocab_size});
-    if (R > 0)
-        linear(R, H, config_.vocab_size, final_rows.data(), weights_.lm_head, core::Tensor(), logits.data<float>());
     return logits;
 }
 

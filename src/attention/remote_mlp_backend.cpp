@@ -1,10 +1,9 @@
 #include "attention/remote_mlp_backend.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/check.h"
-#include "kernels/mlp_block.h"
-#include "kernels/router.h"
 #include "transport/afd_wire.h"
 
 namespace afd::attention {
@@ -14,22 +13,41 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+bool isHostF32(const core::Tensor& t) { return t.device().isCpu() && t.dtype() == core::DType::kF32; }
+
+// `buffer` as [rows, cols] host rows of `dtype`, reallocated through `ops` when it holds fewer.
+core::Tensor hostRows(DeviceOps& ops, core::Tensor& buffer, int64_t rows, int64_t cols,
+                      core::DType dtype = core::DType::kF32) {
+    if (buffer.numel() < rows * cols || buffer.rawData() == nullptr) {
+        buffer = ops.emptyHost(dtype, {std::max<int64_t>(rows, 1) * cols});
+    }
+    return buffer.slice(0, rows * cols).reshape({rows, cols});
+}
+
 }  // namespace
 
 RemoteMlpBackend::RemoteMlpBackend(const model::ModelConfig& config, const model::ModelWeights& weights,
                                    transport::AfdMode mode, const transport::Topology& topology,
-                                   transport::AttentionConnector& connector)
+                                   transport::AttentionConnector& connector, DeviceOps& ops)
     : config_(config),
       weights_(weights),
       mode_(mode),
       connector_(connector),
+      ops_(ops),
       pending_(transport::kMaxStages),
       timings_(static_cast<size_t>(config.num_hidden_layers)) {
     if (mode == transport::AfdMode::kM2n) {
         auto partition = transport::ExpertPartition::create(config.num_experts, topology.numFfnRanks());
         AFD_CHECK_OK(partition.status());
         for (const auto& peer : connector.peers()) peer_ranges_.push_back(partition->rangeOf(peer.rank));
+        auto local = createLocalMlpOps(config, weights, ops);
+        AFD_CHECK_OK(local.status());
+        local_ = std::move(local).value();
     }
+}
+
+void RemoteMlpBackend::reserve(const StepLimits& limits) {
+    if (local_ != nullptr) local_->reserve(limits.max_tokens);
 }
 
 bool RemoteMlpBackend::crosses(int64_t layer) const {
@@ -54,17 +72,19 @@ core::Status RemoteMlpBackend::beginStep(const StepPlan& plan) {
     return connector_.sendStep(header);
 }
 
-core::Status RemoteMlpBackend::dispatchM2n(int64_t layer, int stage, const float* x, int64_t T, PendingStage& p) {
+core::Status RemoteMlpBackend::dispatchM2n(int64_t layer, int stage, const core::Tensor& x_tensor, PendingStage& p) {
     const int64_t H = config_.hidden_size;
     const int64_t K = config_.num_experts_per_tok;
+    const int64_t T = p.num_tokens;
     const auto router_start = std::chrono::steady_clock::now();
-    router_ids_.resize(static_cast<size_t>(T * K));
-    router_weights_.resize(static_cast<size_t>(T * K));
-    if (T > 0) {
-        kernels::routerForwardCpu(kernels::routerParams(config_, T, kernels::ActDType::kF32, x,
-                                                        weights_.mlp[static_cast<size_t>(layer)].router.data<core::Bf16>(),
-                                                        router_ids_.data(), router_weights_.data()));
-    }
+    const core::Tensor ids = hostRows(ops_, router_ids_, T, K, core::DType::kI32);
+    const core::Tensor weights = hostRows(ops_, router_weights_, T, K);
+    if (T > 0) local_->route(layer, x_tensor, ids, weights);
+    timings_[static_cast<size_t>(layer)].compute_seconds += secondsSince(router_start);
+    // The hidden rows the frames carry; staging them waits for the router's ids and weights too.
+    const float* x = stageIn(layer, p, x_tensor);
+    const int32_t* router_ids = ids.data<int32_t>();
+    const float* router_weights = weights.data<float>();
     // Rows for each FFN peer: the tokens with at least one expert in its range.
     const size_t num_peers = peer_ranges_.size();
     p.tokens.assign(num_peers, {});
@@ -72,7 +92,7 @@ core::Status RemoteMlpBackend::dispatchM2n(int64_t layer, int stage, const float
         const auto range = peer_ranges_[k];
         for (int64_t t = 0; t < T; ++t) {
             for (int64_t j = 0; j < K; ++j) {
-                const int32_t e = router_ids_[static_cast<size_t>(t * K + j)];
+                const int32_t e = router_ids[t * K + j];
                 if (e >= range.begin && e < range.end) {
                     p.tokens[k].push_back(t);
                     break;
@@ -93,11 +113,10 @@ core::Status RemoteMlpBackend::dispatchM2n(int64_t layer, int stage, const float
         for (int64_t t : p.tokens[k]) {
             std::memcpy(p.send_hidden.data() + row * H, x + t * H, static_cast<size_t>(H) * sizeof(float));
             for (int64_t j = 0; j < K; ++j) {
-                const int32_t e = router_ids_[static_cast<size_t>(t * K + j)];
+                const int32_t e = router_ids[t * K + j];
                 const bool here = e >= range.begin && e < range.end;
                 p.send_ids[static_cast<size_t>(row * K + j)] = here ? static_cast<int32_t>(e - range.begin) : -1;
-                p.send_weights[static_cast<size_t>(row * K + j)] =
-                    here ? router_weights_[static_cast<size_t>(t * K + j)] : 0.0f;
+                p.send_weights[static_cast<size_t>(row * K + j)] = here ? router_weights[t * K + j] : 0.0f;
             }
             ++row;
         }
@@ -110,7 +129,6 @@ core::Status RemoteMlpBackend::dispatchM2n(int64_t layer, int stage, const float
             core::Tensor::view(p.send_weights.data() + first * K, core::DType::kF32, {rows, K}),
         };
     }
-    timings_[static_cast<size_t>(layer)].compute_seconds += secondsSince(router_start);
     const auto send_start = std::chrono::steady_clock::now();
     AFD_RETURN_IF_ERROR(
         connector_.dispatch({step_, static_cast<uint32_t>(layer), static_cast<uint32_t>(stage)}, p.payloads));
@@ -118,24 +136,57 @@ core::Status RemoteMlpBackend::dispatchM2n(int64_t layer, int stage, const float
     return core::Status::ok();
 }
 
-core::Status RemoteMlpBackend::submit(int64_t layer, int stage, const float* x, int64_t num_tokens, float* out) {
+const float* RemoteMlpBackend::stageIn(int64_t layer, PendingStage& p, const core::Tensor& x) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto* rows = static_cast<const float*>(x.rawData());
+    if (!isHostF32(x)) {
+        const core::Tensor host_x = hostRows(ops_, p.in_staging, p.num_tokens, config_.hidden_size);
+        ops_.copy(x, host_x);
+        rows = host_x.data<float>();
+    }
+    ops_.synchronize();
+    timings_[static_cast<size_t>(layer)].transfer_seconds += secondsSince(start);
+    return rows;
+}
+
+float* RemoteMlpBackend::hostOut(PendingStage& p) {
+    p.host_out = isHostF32(p.out) ? p.out : hostRows(ops_, p.out_staging, p.num_tokens, config_.hidden_size);
+    return p.host_out.data<float>();
+}
+
+void RemoteMlpBackend::stageOut(int64_t layer, PendingStage& p) {
+    if (isHostF32(p.out)) return;  // assembled in place
+    const auto start = std::chrono::steady_clock::now();
+    ops_.copy(p.host_out, p.out);
+    // NOTE: waited for here so that the staging rows (and the connector's receive buffers) are free at once.
+    ops_.synchronize();
+    timings_[static_cast<size_t>(layer)].transfer_seconds += secondsSince(start);
+}
+
+core::Status RemoteMlpBackend::submit(int64_t layer, int stage, const core::Tensor& x_tensor, const core::Tensor& out) {
     AFD_CHECK(stage >= 0 && stage < static_cast<int>(pending_.size()), "stage {} out of range", stage);
+    const int64_t H = config_.hidden_size;
+    AFD_CHECK(x_tensor.dim() == 2 && x_tensor.size(1) == H && out.shape() == x_tensor.shape(),
+              "RemoteMlpBackend: x {} and out {} must be [n, {}]", core::shapeToString(x_tensor.shape()),
+              core::shapeToString(out.shape()), H);
     PendingStage& p = pending_[static_cast<size_t>(stage)];
     p.layer = layer;
-    p.num_tokens = num_tokens;
-    p.out = out;
     p.remote = crosses(layer);
+    p.num_tokens = x_tensor.size(0);
+    p.out = out;
     if (!p.remote) {
+        // A dense layer of an m2n rank: on the ops' device, in order with the ops.
         const auto start = std::chrono::steady_clock::now();
-        kernels::mlpBlockCpu(config_, weights_.mlp[static_cast<size_t>(layer)], x, num_tokens, out);
+        if (p.num_tokens > 0) local_->denseMlp(layer, x_tensor, out);
         timings_[static_cast<size_t>(layer)].compute_seconds += secondsSince(start);
         return core::Status::ok();
     }
-    if (mode_ == transport::AfdMode::kM2n) return dispatchM2n(layer, stage, x, num_tokens, p);
+    if (mode_ == transport::AfdMode::kM2n) return dispatchM2n(layer, stage, x_tensor, p);
+    const float* x = stageIn(layer, p, x_tensor);
+    const int64_t num_tokens = p.num_tokens;
     p.payloads.assign(1, {});
     p.payloads[0].rows = static_cast<uint32_t>(num_tokens);
-    p.payloads[0].segments = {
-        core::Tensor::view(const_cast<float*>(x), core::DType::kF32, {num_tokens, config_.hidden_size})};
+    p.payloads[0].segments = {core::Tensor::view(const_cast<float*>(x), core::DType::kF32, {num_tokens, H})};
     const auto start = std::chrono::steady_clock::now();
     AFD_RETURN_IF_ERROR(
         connector_.dispatch({step_, static_cast<uint32_t>(layer), static_cast<uint32_t>(stage)}, p.payloads));
@@ -159,11 +210,18 @@ core::Status RemoteMlpBackend::collect(int64_t layer, int stage) {
             return core::mismatch("{}: layer {} stage {}: {} rows back for {} sent", peers[0].describe(), layer, stage,
                                   frames[0].rows, p.num_tokens);
         }
-        std::memcpy(p.out, frames[0].segments[0].rawData(), static_cast<size_t>(p.num_tokens * H) * sizeof(float));
+        // The frame's rows go straight to the runner's output (converted and copied when it is not FP32 host).
+        const core::Tensor& rows = frames[0].segments[0];
+        AFD_CHECK(rows.dtype() == core::DType::kF32 && rows.numel() == p.num_tokens * H, "bad p2p frame segment");
+        const auto copy_start = std::chrono::steady_clock::now();
+        ops_.copy(rows, p.out);
+        ops_.synchronize();
+        timings_[static_cast<size_t>(layer)].transfer_seconds += secondsSince(copy_start);
         return core::Status::ok();
     }
     // The combine: each token's MoE output is the sum of its FFN ranks' partial sums, in rank order.
-    std::fill(p.out, p.out + p.num_tokens * H, 0.0f);
+    float* out = hostOut(p);
+    std::fill(out, out + p.num_tokens * H, 0.0f);
     for (size_t k = 0; k < frames.size(); ++k) {
         if (frames[k].rows != p.tokens[k].size()) {
             return core::mismatch("{}: layer {} stage {}: {} rows back for {} sent", peers[k].describe(), layer, stage,
@@ -171,11 +229,12 @@ core::Status RemoteMlpBackend::collect(int64_t layer, int stage) {
         }
         const auto* partial = static_cast<const float*>(frames[k].segments[0].rawData());
         for (size_t i = 0; i < p.tokens[k].size(); ++i) {
-            float* dst = p.out + p.tokens[k][i] * H;
+            float* dst = out + p.tokens[k][i] * H;
             const float* src = partial + static_cast<int64_t>(i) * H;
             for (int64_t h = 0; h < H; ++h) dst[h] += src[h];
         }
     }
+    stageOut(layer, p);
     return core::Status::ok();
 }
 

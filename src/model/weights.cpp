@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <initializer_list>
 
 #include "core/check.h"
 #include "core/thread_pool.h"
@@ -87,7 +88,23 @@ private:
     ModelWeights& weights_;
 };
 
-Status loadAttentionLayer(Loader& loader, const ModelConfig& c, int64_t layer, AttentionLayerWeights& w) {
+// The rows of `parts` ([rows_i, cols...] BF16, same trailing shape) one after the other, in owned memory.
+Tensor concatRows(std::initializer_list<const Tensor*> parts, ModelWeights& weights) {
+    Shape shape = (*parts.begin())->shape();
+    shape[0] = 0;
+    for (const Tensor* t : parts) shape[0] += t->size(0);
+    Tensor out = Tensor::empty(DType::kBf16, shape);
+    auto* dst = static_cast<uint8_t*>(out.rawData());
+    for (const Tensor* t : parts) {
+        std::memcpy(dst, t->rawData(), t->nbytes());
+        dst += t->nbytes();
+    }
+    weights.owned_bytes += out.nbytes();
+    return out;
+}
+
+Status loadAttentionLayer(Loader& loader, const ModelConfig& c, int64_t layer, AttentionLayerWeights& w,
+                          ModelWeights& weights) {
     const std::string p = layerPrefix(layer);
     const int64_t H = c.hidden_size;
     AFD_ASSIGN_OR_RETURN(w.input_norm, loader.view(p + "input_layernorm.weight", {H}));
@@ -103,7 +120,16 @@ Status loadAttentionLayer(Loader& loader, const ModelConfig& c, int64_t layer, A
         AFD_ASSIGN_OR_RETURN(w.k_bias, loader.view(p + "self_attn.k_proj.bias", {c.kvSize()}));
         AFD_ASSIGN_OR_RETURN(w.v_bias, loader.view(p + "self_attn.v_proj.bias", {c.kvSize()}));
         AFD_ASSIGN_OR_RETURN(w.o_bias, loader.view(p + "self_attn.o_proj.bias", {H}));
+        w.qkv_bias = concatRows({&w.q_bias, &w.k_bias, &w.v_bias}, weights);
+        w.q_bias = w.qkv_bias.slice(0, c.qSize());
+        w.k_bias = w.qkv_bias.slice(c.qSize(), c.qSize() + c.kvSize());
+        w.v_bias = w.qkv_bias.slice(c.qSize() + c.kvSize(), c.qSize() + 2 * c.kvSize());
     }
+    // q/k/v become views of the fused copy's rows, so the layer holds each projection once.
+    w.qkv_proj = concatRows({&w.q_proj, &w.k_proj, &w.v_proj}, weights);
+    w.q_proj = w.qkv_proj.slice(0, c.qSize());
+    w.k_proj = w.qkv_proj.slice(c.qSize(), c.qSize() + c.kvSize());
+    w.v_proj = w.qkv_proj.slice(c.qSize() + c.kvSize(), c.qSize() + 2 * c.kvSize());
     return Status::ok();
 }
 
@@ -150,7 +176,8 @@ Result<ModelWeights> loadWeights(const Checkpoint& checkpoint, const ModelConfig
     weights.mlp.resize(static_cast<size_t>(c.num_hidden_layers));
     for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
         if (sel.attention) {
-            AFD_RETURN_IF_ERROR(loadAttentionLayer(loader, c, layer, weights.attention[static_cast<size_t>(layer)]));
+            AFD_RETURN_IF_ERROR(
+                loadAttentionLayer(loader, c, layer, weights.attention[static_cast<size_t>(layer)], weights));
         }
         MlpLayerWeights& mlp = weights.mlp[static_cast<size_t>(layer)];
         mlp.is_moe = c.isMoeLayer(layer);

@@ -1,8 +1,9 @@
 // Role-aware weight loading: which tensors of a Qwen3-MoE checkpoint a process needs, loaded and checked.
 //
-// Tensors the engine reads as they are (norms, attention projections, embeddings, router gates) are zero-copy
-// views of the checkpoint's read-only mappings. Routed experts (and dense MLP layers) are packed into the
-// layout of kernels/moe.h (w13 [E, 2I, H] = gate rows then up rows; w2 [E, H, I]) in owned CPU memory.
+// Tensors the engine reads as they are (norms, o_proj, embeddings, router gates) are zero-copy views of the
+// checkpoint's read-only mappings. Routed experts (and dense MLP layers) are packed into the layout of
+// kernels/moe.h (w13 [E, 2I, H] = gate rows then up rows; w2 [E, H, I]) in owned CPU memory, and the q/k/v
+// projections of each attention layer into one fused qkv_proj.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,12 @@ struct WeightSelection {
 };
 
 struct AttentionLayerWeights {
-    core::Tensor input_norm;                      // [H]
+    core::Tensor input_norm;  // [H]
+    // The one projection the model runner runs: the rows of q_proj, then k_proj, then v_proj, and their biases
+    // likewise (present iff attention_bias), in owned memory built at load; q/k/v_proj and their biases are views of
+    // its rows.
+    core::Tensor qkv_proj;                        // [(nh + 2 nkv) * hd, H]
+    core::Tensor qkv_bias;                        // [(nh + 2 nkv) * hd]
     core::Tensor q_proj;                          // [nh * hd, H]
     core::Tensor k_proj;                          // [nkv * hd, H]
     core::Tensor v_proj;                          // [nkv * hd, H]
@@ -50,6 +56,9 @@ struct MlpLayerWeights {
     core::Tensor router;  // [E, H] (MoE layers, when selected)
     // Packed weights: MoE layers hold experts [expert_begin, expert_end) of the model; a dense layer holds its one
     // SwiGLU MLP as expert 0 (inter = intermediate_size).
+    // NOTE: on a CUDA device (attention/cuda/device_weights.h) they hold the layout of kernels::moePackWeightsCuda
+    // (what the grouped GEMMs stream), not row-major: w13 [E_local, 2 * inter, H] elements in packed order, and w2
+    // [E_local, H, round_up(inter, 64)] (the reduction padded with zeros).
     core::Tensor w13;  // [E_local, 2 * inter, H]
     core::Tensor w2;   // [E_local, H, inter]
     int64_t expert_begin = 0;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "attention/cpu_ops.h"
 #include "attention/engine.h"
 #include "attention/local_mlp_backend.h"
 #include "attention/offline.h"
@@ -37,8 +38,9 @@ LoadedModel loadTiny() {
 std::vector<GenerationResult> generate(const LoadedModel& m, const std::vector<std::vector<int32_t>>& prompts,
                                        int64_t max_tokens, EngineOptions options = {}) {
     options.scheduler.max_model_len = 512;
+    CpuOps ops;
     LocalMlpBackend backend(m.config, m.weights);
-    Engine engine(m.config, m.weights, backend, options);
+    Engine engine(m.config, m.weights, ops, backend, options);
     SamplingParams params;
     params.max_tokens = max_tokens;
     auto results = generateOffline(engine, prompts, params, true);
@@ -95,9 +97,10 @@ TEST(EngineFixture, PreemptionUnderKvPressureKeepsTokens) {
     EngineOptions options;
     options.block_size = 4;
     options.num_kv_blocks = 6;  // 24 slots for up to 20 + 17 + 14 tokens: someone must be preempted
+    CpuOps ops;
     LocalMlpBackend backend(m.config, m.weights);
     options.scheduler.max_model_len = 64;
-    Engine engine(m.config, m.weights, backend, options);
+    Engine engine(m.config, m.weights, ops, backend, options);
     SamplingParams params;
     params.max_tokens = 12;
     auto results = generateOffline(engine, prompts, params, false);
@@ -108,10 +111,11 @@ TEST(EngineFixture, PreemptionUnderKvPressureKeepsTokens) {
 
 TEST(EngineFixture, RejectsBadRequests) {
     const LoadedModel m = loadTiny();
+    CpuOps ops;
     LocalMlpBackend backend(m.config, m.weights);
     EngineOptions options;
     options.scheduler.max_model_len = 32;
-    Engine engine(m.config, m.weights, backend, options);
+    Engine engine(m.config, m.weights, ops, backend, options);
     SamplingParams params;
     params.max_tokens = 4;
     auto out_of_vocab = engine.addRequest({1, 384}, params);

@@ -1,0 +1,67 @@
+// Helpers of the GPU engine tests: skipping without a GPU, loading a checkpoint as `afd` does (cli/model_loading.cpp)
+// and uploading it, and running request lists through the dense GPU engine (CudaOps + the CUDA MLP backend) or the
+// CPU reference engine, all at once or one at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attention/engine.h"
+#include "attention/sampling_params.h"
+#include "model/checkpoint.h"
+#include "model/model_config.h"
+#include "model/weights.h"
+
+namespace afd::attention::test {
+
+bool haveGpu();
+
+#define AFD_SKIP_WITHOUT_GPU()                                                    \
+    do {                                                                          \
+        if (!::afd::attention::test::haveGpu()) GTEST_SKIP() << "no CUDA device"; \
+    } while (0)
+
+inline const std::string kTinyDir = std::string(AFD_TEST_DATA) + "/qwen3-moe-tiny";
+
+// A checkpoint on the host: its weights are views of the checkpoint's mappings, so the checkpoint lives as long.
+struct HostModel {
+    model::ModelConfig config;
+    std::unique_ptr<model::Checkpoint> checkpoint;
+    model::ModelWeights weights;
+};
+// Config, checkpoint and the whole model's weights of `dir` (throws core::Error on failure).
+HostModel loadHostModel(const std::string& dir);
+// The weights on cuda:0 (uploadModelWeights).
+model::ModelWeights uploadToGpu(const HostModel& host);
+
+struct Request {
+    std::vector<int32_t> prompt;
+    SamplingParams params;
+};
+// Greedy requests of `max_tokens` new tokens each, past any end-of-sequence token.
+std::vector<Request> greedyRequests(const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens);
+
+struct RunOutput {
+    std::vector<std::vector<int32_t>> ids;          // new tokens of each request, in request order
+    std::vector<std::vector<float>> prompt_logits;  // logits at each prompt's last position
+    uint64_t graph_replays = 0;
+    uint64_t eager_steps = 0;
+    int64_t preemptions = 0;
+    std::vector<int64_t> graph_sizes;  // the buckets the engine captured
+};
+
+// Runs `requests` on `engine` to the end: all queued at once, or each alone (queued after the previous finished).
+RunOutput runRequests(Engine& engine, const std::vector<Request>& requests, bool one_at_a_time);
+
+// A fresh engine for each call: the dense GPU engine on cuda:0 over device weights, or the CPU reference.
+RunOutput runOnGpu(const model::ModelConfig& config, const model::ModelWeights& device_weights,
+                   const std::vector<Request>& requests, const EngineOptions& options, bool one_at_a_time = false);
+RunOutput runOnCpu(const model::ModelConfig& config, const model::ModelWeights& host_weights,
+                   const std::vector<Request>& requests, const EngineOptions& options, bool one_at_a_time = false);
+
+// Relative L2 error ||got - want|| / ||want||.
+double relativeL2(const std::vector<float>& got, const std::vector<double>& want);
+
+}  // namespace afd::attention::test
