@@ -1,5 +1,0 @@
-// Gate-up and down grouped GEMM kernels of the Small32 tile configuration (kSmall32Shape in moe_grouped_gemm.h),
-// one file per configuration so that they compile in parallel.
-#include "kernels/cuda/moe_gemm_launch.cuh"
-
-AFD_DEFINE_GROUPED_GEMM(Small32)
