@@ -1,5 +1,6 @@
-// `afd generate`: offline greedy/sampled generation. Without an AFD config it is the dense reference (the whole
-// model in this process); with one it runs as one attention rank of an AFD deployment.
+// `afd generate`: offline greedy/sampled generation on the CPU or a GPU (--device). Without an AFD config it is the
+// dense reference (the whole model in this process); with one it runs as one attention rank of an AFD deployment,
+// its MLP/MoE blocks on the FFN ranks over the TCP connector.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -8,12 +9,15 @@
 #include <charconv>
 #include <iostream>
 
+#include "attention/device_ops_factory.h"
 #include "attention/engine.h"
-#include "attention/local_mlp_backend.h"
 #include "attention/offline.h"
 #include "attention/remote_mlp_backend.h"
 #include "cli/commands.h"
+#include "cli/device_flags.h"
+#include "cli/engine_setup.h"
 #include "cli/model_loading.h"
+#include "cli/model_source.h"
 #include "core/exit_codes.h"
 #include "core/logging.h"
 #include "model/fingerprint.h"
@@ -43,7 +47,10 @@ core::Result<std::vector<int32_t>> parseIds(const std::string& text) {
 }
 
 struct GenerateOptions {
-    std::string model;
+    ModelFlags model;
+    DeviceChoice device;
+    double gpu_memory_utilization = 0.9;
+    bool kv_cache_mb_given = false;
     std::optional<int64_t> max_num_batched_tokens;
     std::optional<std::string> additional_config;
     std::optional<std::string> afd_config_file;
@@ -52,7 +59,14 @@ struct GenerateOptions {
     attention::SamplingParams sampling;
     attention::EngineOptions engine;
     bool json = false;
+
+    bool kvGiven() const { return kv_cache_mb_given || engine.num_kv_blocks > 0; }
 };
+
+int fail(const core::Status& status) {
+    AFD_LOG_ERROR("{}", status.message());
+    return exitCodeFor(status);
+}
 
 void printResults(const std::vector<attention::GenerationResult>& results, bool json,
                   const std::vector<attention::MlpBackend::LayerTiming>& timings, bool afd) {
@@ -85,16 +99,12 @@ void printResults(const std::vector<attention::GenerationResult>& results, bool 
     std::cout << out.dump() << "\n";
 }
 
-// One attention rank of an AFD deployment: the MLP/MoE blocks go to the FFN ranks through the connector.
-int runAttentionRank(const GenerateOptions& options, const transport::AfdConfig& afd, const OpenedModel& opened,
-                     const attention::EngineOptions& engine_options_in,
+// One attention rank of an AFD deployment on `device`: the MLP/MoE blocks go to the FFN ranks through the TCP
+// connector (the m2n router and dense MLP layers run here, on the device, from the rank's weights there).
+int runAttentionRank(const GenerateOptions& options, const transport::AfdConfig& afd, const ModelSource& source,
+                     core::Device device, const attention::EngineOptions& engine_options_in,
                      const std::vector<std::vector<int32_t>>& prompts) {
-    const model::ModelConfig& config = opened.config;
-    if (options.attention_rank < 0 || options.attention_rank >= afd.num_attention_ranks) {
-        AFD_LOG_ERROR("--attention-rank {} must be in [0, afd.num_attention_ranks={})", options.attention_rank,
-                      afd.num_attention_ranks);
-        return core::kExitBadConfig;
-    }
+    const model::ModelConfig& config = source.config;
     if (afd.connector != transport::ConnectorKind::kTcp) {
         AFD_LOG_ERROR("afd.connector {:?}: offline generation runs over the tcp connector",
                       transport::connectorName(afd.connector));
@@ -110,7 +120,7 @@ int runAttentionRank(const GenerateOptions& options, const transport::AfdConfig&
         return core::kExitBadConfig;
     }
     if (afd.compute_gate_on_attention && config.numMoeLayers() == 0) {
-        AFD_LOG_ERROR("m2n (compute_gate_on_attention) needs MoE layers; {} has none", options.model);
+        AFD_LOG_ERROR("m2n (compute_gate_on_attention) needs MoE layers; {} has none", source.name);
         return core::kExitBadConfig;
     }
     if (afd.compute_gate_on_attention && config.num_experts < afd.num_ffn_ranks) {
@@ -119,17 +129,23 @@ int runAttentionRank(const GenerateOptions& options, const transport::AfdConfig&
     }
     core::setLogTag(fmt::format("attention:{}", options.attention_rank));
     const transport::Topology topology = afd.topology();
-    auto weights = model::loadWeights(opened.checkpoint, config,
-                                      model::WeightSelection::attentionRole(afd.compute_gate_on_attention));
-    if (!weights.isOk()) {
-        AFD_LOG_ERROR("{}", weights.status().message());
-        return exitCodeFor(weights.status());
+    const model::WeightSelection selection = model::WeightSelection::attentionRole(afd.compute_gate_on_attention);
+    auto model_fp = model::modelFingerprint(config, *source.checkpoint);
+    if (!model_fp.isOk()) return fail(model_fp.status());
+    auto ops = attention::createDeviceOps(device);
+    if (!ops.isOk()) return fail(ops.status());
+    const bool gpu = !device.isCpu();
+    const uint64_t beside =
+        gpu ? engineWorkspaceBytes(config, engine_options) + minimumKvBytes(config, engine_options, options.kvGiven())
+            : 0;
+    auto weights = weightsForDevice(source, selection, device, beside);
+    if (!weights.isOk()) return fail(weights.status());
+    if (gpu && !options.kvGiven()) {
+        if (auto s = sizeGpuKvCache(config, device.index, options.gpu_memory_utilization, engine_options); !s.isOk()) {
+            return fail(s);
+        }
     }
-    auto model_fp = model::modelFingerprint(config, opened.checkpoint);
-    if (!model_fp.isOk()) {
-        AFD_LOG_ERROR("{}", model_fp.status().message());
-        return exitCodeFor(model_fp.status());
-    }
+
     transport::tcp::TcpConnectorOptions tcp;
     tcp.role = transport::Role::kAttention;
     tcp.rank = options.attention_rank;
@@ -149,23 +165,16 @@ int runAttentionRank(const GenerateOptions& options, const transport::AfdConfig&
                                  : transport::hiddenSpec(config.hidden_size).rowBytes();
     tcp.max_frame_bytes = row_bytes * static_cast<size_t>(afd.max_num_tokens);
     auto connector = transport::tcp::createAttentionConnector(tcp);
-    if (!connector.isOk()) {
-        AFD_LOG_ERROR("{}", connector.status().message());
-        return exitCodeFor(connector.status());
-    }
-    attention::RemoteMlpBackend backend(config, *weights, afd.mode(), topology, **connector);
-    auto engine = attention::Engine::create(config, *weights, backend, engine_options);
+    if (!connector.isOk()) return fail(connector.status());
+    attention::RemoteMlpBackend backend(config, *weights, afd.mode(), topology, **connector, **ops);
+    auto engine = attention::Engine::create(config, *weights, **ops, backend, engine_options);
     if (!engine.isOk()) {
-        AFD_LOG_ERROR("{}", engine.status().message());
         (*connector)->close();
-        return exitCodeFor(engine.status());
+        return fail(engine.status());
     }
     auto results = attention::generateOffline(**engine, prompts, options.sampling, options.json);
     (*connector)->close();
-    if (!results.isOk()) {
-        AFD_LOG_ERROR("{}", results.status().message());
-        return exitCodeFor(results.status());
-    }
+    if (!results.isOk()) return fail(results.status());
     printResults(*results, options.json, backend.layerTimings(), true);
     return core::kExitOk;
 }
@@ -184,12 +193,32 @@ int runGenerate(const GenerateOptions& options) {
         AFD_LOG_ERROR("--prompt-ids is required (one per sequence)");
         return core::kExitBadConfig;
     }
-    auto opened = openModel(options.model);
-    if (!opened.isOk()) {
-        AFD_LOG_ERROR("{}", opened.status().message());
-        return exitCodeFor(opened.status());
+    auto afd =
+        transport::resolveAfdConfig(options.additional_config, options.afd_config_file, transport::Role::kAttention);
+    if (!afd.isOk()) {
+        AFD_LOG_ERROR("{}", afd.status().message());
+        return core::kExitBadConfig;
     }
-    const model::ModelConfig& config = opened->config;
+    if (*afd && (options.attention_rank < 0 || options.attention_rank >= (*afd)->num_attention_ranks)) {
+        AFD_LOG_ERROR("--attention-rank {} must be in [0, afd.num_attention_ranks={})", options.attention_rank,
+                      (*afd)->num_attention_ranks);
+        return core::kExitBadConfig;
+    }
+    if (*afd && options.model.random_weights) {
+        AFD_LOG_ERROR(
+            "--random-weights runs the dense engine only: the FFN ranks of an AFD deployment load their experts from a "
+            "checkpoint (write one with `afd gen-model`)");
+        return core::kExitBadConfig;
+    }
+    // The device before the model: a GPU that is not there is reported before anything is read.
+    const int rank = *afd ? options.attention_rank : 0;
+    auto device =
+        resolveDevice(options.device, rank, *afd ? fmt::format("attention rank {}", rank) : "the dense engine");
+    if (!device.isOk()) return fail(device.status());
+    auto source = openModelSource(options.model);
+    if (!source.isOk()) return fail(source.status());
+    if (auto s = checkWeightsDevice(*source, *device); !s.isOk()) return fail(s);
+    const model::ModelConfig& config = source->config;
     attention::EngineOptions engine_options = options.engine;
     if (engine_options.scheduler.max_model_len <= 0) {
         engine_options.scheduler.max_model_len = std::min<int64_t>(config.max_position_embeddings, 8192);
@@ -199,33 +228,19 @@ int runGenerate(const GenerateOptions& options) {
         AFD_LOG_ERROR("{}", status.message());
         return core::kExitBadConfig;
     }
-    auto afd =
-        transport::resolveAfdConfig(options.additional_config, options.afd_config_file, transport::Role::kAttention);
-    if (!afd.isOk()) {
-        AFD_LOG_ERROR("{}", afd.status().message());
-        return core::kExitBadConfig;
-    }
-    if (!*afd) {
-        auto weights = model::loadWeights(opened->checkpoint, config, model::WeightSelection::everything(config));
-        if (!weights.isOk()) {
-            AFD_LOG_ERROR("{}", weights.status().message());
-            return exitCodeFor(weights.status());
-        }
-        attention::LocalMlpBackend backend(config, *weights);
-        auto engine = attention::Engine::create(config, *weights, backend, engine_options);
-        if (!engine.isOk()) {
-            AFD_LOG_ERROR("{}", engine.status().message());
-            return exitCodeFor(engine.status());
-        }
-        auto results = attention::generateOffline(**engine, prompts, options.sampling, options.json);
-        if (!results.isOk()) {
-            AFD_LOG_ERROR("{}", results.status().message());
-            return exitCodeFor(results.status());
-        }
-        printResults(*results, options.json, {}, false);
-        return core::kExitOk;
-    }
-    return runAttentionRank(options, **afd, *opened, engine_options, prompts);
+    if (*afd) return runAttentionRank(options, **afd, *source, *device, engine_options, prompts);
+
+    DenseEngineOptions dense;
+    dense.device = *device;
+    dense.engine = engine_options;
+    dense.gpu.gpu_memory_utilization = options.gpu_memory_utilization;
+    dense.gpu.kv_given = options.kvGiven();
+    auto engine = DenseEngine::create(std::move(source).value(), dense);
+    if (!engine.isOk()) return fail(engine.status());
+    auto results = attention::generateOffline((*engine)->engine(), prompts, options.sampling, options.json);
+    if (!results.isOk()) return fail(results.status());
+    printResults(*results, options.json, {}, false);
+    return core::kExitOk;
 }
 
 }  // namespace
@@ -234,7 +249,22 @@ void addGenerateCommand(CLI::App& app, int& exit_code) {
     auto options = std::make_shared<GenerateOptions>();
     options->engine.scheduler.max_model_len = 0;  // default: from the model config
     CLI::App* cmd = app.add_subcommand("generate", "Offline generation (the dense reference without an AFD config)");
-    cmd->add_option("--model", options->model, "model directory (config.json + safetensors)")->required();
+    addModelFlags(*cmd, options->model, "--weights-seed");
+    cmd->add_option("--device", options->device.device, "cpu or cuda (the GPU of --device-ids)")
+        ->default_val("cpu")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
+    cmd->add_option("--device-ids", options->device.device_ids,
+                    "GPUs indexed by the attention rank, as afd ffn's (default: the rank's own index; 0 without AFD)");
+    cmd->add_flag("--enforce-eager", options->engine.enforce_eager, "no CUDA graphs: every decode step runs eagerly");
+    cmd->add_option("--cuda-graph-max-batch-size", options->engine.cuda_graph_max_batch_size,
+                    "decode steps of more sequences run eagerly (0: up to --max-num-seqs)")
+        ->default_val(0)
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--gpu-memory-utilization", options->gpu_memory_utilization,
+                    "cuda: the fraction of the GPU's memory for weights, KV cache and workspaces; the KV cache gets "
+                    "what is left (unless --kv-cache-mb or --num-kv-blocks)")
+        ->default_val(0.9)
+        ->check(CLI::Range(0.01, 1.0));
     cmd->add_option("--prompt-ids", options->prompt_ids,
                     "comma-separated token ids; repeat for several prompts (an AFD attention rank may have none)")
         ->take_all();
@@ -251,11 +281,16 @@ void addGenerateCommand(CLI::App& app, int& exit_code) {
                     "longest prompt + output (default: min(max_position_embeddings, 8192))");
     cmd->add_option("--block-size", options->engine.block_size, "KV cache block size in tokens")->default_val(16);
     cmd->add_option("--num-kv-blocks", options->engine.num_kv_blocks,
-                    "KV cache blocks (0 = enough for max-num-seqs full-length sequences within --kv-cache-mb)")
+                    "KV cache blocks (0 = enough for max-num-seqs full-length sequences within the KV budget)")
         ->default_val(0);
     cmd->add_option_function<uint64_t>(
-           "--kv-cache-mb", [options](uint64_t mb) { options->engine.kv_cache_bytes = mb << 20; },
-           "KV cache budget in MiB when --num-kv-blocks is 0 (default 1024)")
+           "--kv-cache-mb",
+           [options](uint64_t mb) {
+               options->engine.kv_cache_bytes = mb << 20;
+               options->kv_cache_mb_given = true;
+           },
+           "KV cache budget in MiB when --num-kv-blocks is 0 (default: 1024 on the CPU; on a GPU what "
+           "--gpu-memory-utilization leaves)")
         ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
     cmd->add_flag("--dbo", options->engine.dual_batch_overlap, "split each step into two stages");
     cmd->add_flag("--json", options->json, "print one JSON object with new_ids and prompt_last_logits");

@@ -3,6 +3,8 @@
 // to be ready, waits for the job, stops the FFN ranks (POST /stop) and checks that each exited cleanly with its
 // resources released. Any child dying early tears everything down (SIGTERM, then SIGKILL) with the child named.
 // It also runs the dense reference in this process and reports whether AFD produced the same tokens.
+// Devices (launch_devices.h): --device cpu|cuda for every rank, or per role; the dense reference runs where the
+// attention ranks do (on a GPU, attention rank 0's), or on --reference-device.
 // Default: a generated tiny model on CPU, 1 attention rank and 2 FFN ranks in m2n.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -18,10 +20,11 @@
 #include <thread>
 
 #include "attention/engine.h"
-#include "attention/local_mlp_backend.h"
 #include "attention/offline.h"
 #include "cli/commands.h"
-#include "cli/model_loading.h"
+#include "cli/engine_setup.h"
+#include "cli/launch_devices.h"
+#include "cli/model_source.h"
 #include "core/child_process.h"
 #include "core/exit_codes.h"
 #include "core/logging.h"
@@ -50,8 +53,7 @@ struct LaunchOptions {
     bool json_output = false;
     bool dbo = false;
     bool reference = true;
-    std::string ffn_device = "cpu";
-    std::string ffn_device_ids;
+    LaunchDeviceFlags devices;
     int64_t timeout_s = 600;
     std::string run_dir;
     bool verbose = false;
@@ -136,6 +138,7 @@ private:
         const std::vector<std::vector<int32_t>>& prompts, const attention::SamplingParams& params);
 
     const LaunchOptions& options_;
+    LaunchDevices devices_;
     std::atomic<bool> interrupted_{false};
     std::string binary_;
     std::string run_dir_;
@@ -245,20 +248,18 @@ json Launch::fetchStatus(const Rank& ffn) {
 
 core::Result<std::vector<attention::GenerationResult>> Launch::denseReference(
     const std::vector<std::vector<int32_t>>& prompts, const attention::SamplingParams& params) {
-    AFD_ASSIGN_OR_RETURN(OpenedModel opened_model,
-                         openModel(options_.model.empty() ? run_dir_ + "/model" : options_.model));
-    auto* opened = &opened_model;
-    AFD_ASSIGN_OR_RETURN(
-        model::ModelWeights weights_value,
-        model::loadWeights(opened->checkpoint, opened->config, model::WeightSelection::everything(opened->config)));
-    auto* weights = &weights_value;
-    attention::LocalMlpBackend backend(opened->config, *weights);
-    attention::EngineOptions engine_options;
-    engine_options.scheduler.max_model_len = std::min<int64_t>(opened->config.max_position_embeddings, 8192);
-    attention::Engine engine(opened->config, *weights, backend, engine_options);
-    auto results = attention::generateOffline(engine, prompts, params, false, [this] { return interrupted_.load(); });
-    if (!results.isOk()) return results.status();
-    return std::move(results).value();
+    ModelFlags model;
+    model.model_dir = options_.model.empty() ? run_dir_ + "/model" : options_.model;
+    AFD_ASSIGN_OR_RETURN(ModelSource source, openModelSource(model));
+    DenseEngineOptions dense;
+    dense.device = devices_.reference;
+    dense.engine.scheduler.max_model_len = std::min<int64_t>(source.config.max_position_embeddings, 8192);
+    dense.engine.enforce_eager = options_.devices.enforce_eager;
+    if (options_.devices.gpu_memory_utilization) {
+        dense.gpu.gpu_memory_utilization = *options_.devices.gpu_memory_utilization;
+    }
+    AFD_ASSIGN_OR_RETURN(std::unique_ptr<DenseEngine> engine, DenseEngine::create(std::move(source), dense));
+    return attention::generateOffline(engine->engine(), prompts, params, false, [this] { return interrupted_.load(); });
 }
 
 int Launch::run() {
@@ -274,6 +275,9 @@ int Launch::run() {
     auto afd = transport::AfdConfig::fromJson(afd_json.dump(), transport::Role::kAttention, "--additional-config");
     if (!afd.isOk()) return fail(core::kExitBadConfig, afd.status().message());
     afd_json.erase("role");
+    auto devices = resolveLaunchDevices(options_.devices, afd->num_attention_ranks, afd->num_ffn_ranks);
+    if (!devices.isOk()) return fail(core::kExitBadConfig, devices.status().message());
+    devices_ = *devices;
 
     std::vector<std::vector<int32_t>> prompts;
     for (const auto& text : options_.prompt_ids) {
@@ -328,25 +332,11 @@ int Launch::run() {
         r.port_file = fmt::format("{}/ffn{}.port", run_dir_, k);
         r.status_file = fmt::format("{}/ffn{}.status.json", run_dir_, k);
         core::ChildProcess::Spec spec;
-        spec.argv = {binary_,
-                     "--log-level",
-                     child_log_level,
-                     "ffn",
-                     model_dir,
-                     "--additional-config",
-                     cfg.dump(),
-                     "--admin-port",
-                     "0",
-                     "--admin-port-file",
-                     r.port_file,
-                     "--status-file",
-                     r.status_file,
-                     "--device",
-                     options_.ffn_device};
-        if (!options_.ffn_device_ids.empty()) {
-            spec.argv.push_back("--device-ids");
-            spec.argv.push_back(options_.ffn_device_ids);
-        }
+        spec.argv = {binary_,      "--log-level",         child_log_level, "ffn",
+                     model_dir,    "--additional-config", cfg.dump(),      "--admin-port",
+                     "0",          "--admin-port-file",   r.port_file,     "--status-file",
+                     r.status_file};
+        for (auto& arg : ffnDeviceArgs(devices_)) spec.argv.push_back(std::move(arg));
         spec.env = {{"RANK", std::to_string(k)}, {"WORLD_SIZE", std::to_string(F)}, {"LOCAL_RANK", std::to_string(k)}};
         if (!threads_env.empty()) spec.env.emplace_back("AFD_NUM_THREADS", threads_env);
         spec.stderr_path = options_.verbose ? "" : r.log_path;
@@ -386,6 +376,7 @@ int Launch::run() {
                      fmt::format("{}", options_.top_p),
                      "--seed",
                      std::to_string(options_.seed)};
+        for (auto& arg : attentionDeviceArgs(options_.devices, devices_)) spec.argv.push_back(std::move(arg));
         if (options_.dbo) spec.argv.push_back("--dbo");
         for (size_t i = static_cast<size_t>(a); i < options_.prompt_ids.size(); i += static_cast<size_t>(A)) {
             spec.argv.push_back("--prompt-ids");
@@ -527,6 +518,7 @@ int Launch::run() {
                       {"mode", afd->compute_gate_on_attention ? "m2n" : "p2p"},
                       {"layers", layers},
                       {"matches_dense_reference", matches ? json(*matches) : json(nullptr)},
+                      {"reference_device", matches ? json(devices_.reference.toString()) : json(nullptr)},
                       {"clean_shutdown", clean}};
         std::cout << out.dump() << "\n";
     } else {
@@ -543,7 +535,10 @@ int Launch::run() {
                 l["crosses"].get<bool>() ? "yes" : "no", 1e3 * l["attention_transfer_seconds"].get<double>(),
                 1e3 * l["ffn_compute_seconds"].get<double>(), 1e3 * l["ffn_wait_seconds"].get<double>());
         }
-        if (matches) std::cout << fmt::format("matches the dense reference: {}\n", *matches ? "yes" : "NO");
+        if (matches) {
+            std::cout << fmt::format("matches the dense reference ({}): {}\n", devices_.reference.toString(),
+                                     *matches ? "yes" : "NO");
+        }
         std::cout << fmt::format("FFN ranks stopped cleanly with resources released: {}\n", clean ? "yes" : "NO");
     }
     if (own_run_dir_ && clean && matches.value_or(true)) std::filesystem::remove_all(run_dir_);
@@ -572,8 +567,7 @@ void addLaunchCommand(CLI::App& app, int& exit_code) {
     cmd->add_flag("--json", o->json_output, "print the generate JSON (plus an \"afd\" report)");
     cmd->add_flag("--dbo", o->dbo, "two-stage steps (dual-batch overlap) on the attention ranks");
     cmd->add_flag("!--no-reference", o->reference, "skip the dense reference comparison");
-    cmd->add_option("--ffn-device", o->ffn_device, "cpu or cuda")->default_val("cpu");
-    cmd->add_option("--ffn-device-ids", o->ffn_device_ids, "GPUs of the FFN ranks, e.g. 0,1");
+    addLaunchDeviceFlags(*cmd, o->devices);
     cmd->add_option("--timeout", o->timeout_s, "seconds for the whole job")->default_val(600);
     cmd->add_option("--run-dir", o->run_dir, "keep logs and status files here (default: a temporary directory)");
     cmd->add_flag("--verbose", o->verbose, "children log to this terminal at info level");

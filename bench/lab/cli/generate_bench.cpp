@@ -271,6 +271,10 @@ core::Result<GenerateBenchResult> runGenerateBench(const GenerateBenchOptions& o
         max_model_len = std::max(max_model_len, len);
         kv_blocks = std::max(kv_blocks, b * blocks(len) + blocks(3));
     }
+    if (max_model_len > c.max_position_embeddings) {
+        AFD_LOG_WARN("bench generate: sequences reach {} positions, past the model's max_position_embeddings {}",
+                     max_model_len, c.max_position_embeddings);
+    }
     cli::DenseEngineOptions dense;
     dense.device = core::Device::cuda(kGpu);
     dense.engine.scheduler.max_num_seqs = max_batch + 1;
