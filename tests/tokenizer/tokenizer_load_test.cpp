@@ -83,7 +83,7 @@ TEST(TokenizerLoad, MergeErrorsNameTheMergeAndTheRule) {
 
 TEST(TokenizerLoad, VocabErrors) {
     json doc = minimal();
-    doc["model"]["vocab"]["c"] = "3";
+    doc["model"]["vocab"]["c"] = "three";
     EXPECT_MESSAGE_HAS(loadError(doc), "model.vocab[\"c\"] must be an integer");
     doc["model"]["vocab"]["c"] = -1;
     EXPECT_MESSAGE_HAS(loadError(doc), "model.vocab[\"c\"] must be in [0, ");
@@ -131,7 +131,7 @@ TEST(TokenizerLoad, PreTokenizerErrors) {
     doc["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Glob", "*"}};
     EXPECT_MESSAGE_HAS(loadError(doc), "pre_tokenizer.pretokenizers[0].pattern must hold \"Regex\" or \"String\"");
     doc = minimal();
-    doc["pre_tokenizer"]["pretokenizers"][0]["invert"] = "no";
+    doc["pre_tokenizer"]["pretokenizers"][0]["invert"] = "maybe";
     EXPECT_MESSAGE_HAS(loadError(doc), "pre_tokenizer.pretokenizers[0].invert must be a boolean");
 }
 
@@ -147,7 +147,7 @@ TEST(TokenizerLoad, AddedTokenErrors) {
     doc["added_tokens"][1]["id"] = 4;
     EXPECT_MESSAGE_HAS(loadError(doc), "added_tokens[1].content \"<s>\" is listed twice");
     doc = minimal();
-    doc["added_tokens"][0]["special"] = 1;
+    doc["added_tokens"][0]["special"] = 2;
     EXPECT_MESSAGE_HAS(loadError(doc), "added_tokens[0].special must be a boolean");
     doc = minimal();
     doc["added_tokens"][0]["content"] = "ab";  // in the vocab: its id there is 2
