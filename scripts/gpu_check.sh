@@ -21,6 +21,14 @@
 #                  AFD_NCU_TOKENS, uniform and zipf, to l2.txt. "power" samples the SM clock, board power and throttle
 #                  reasons (nvidia-smi every 25 ms, scripts/smi_summary.py) while afd replays T = AFD_POWER_TOKENS
 #                  (default 1024) for 6000 replays, uniform and zipf (power.txt)
+#                  "engine": the dense GPU engine and the GPU attention role (attention_cuda_tests, the CLI's GPU
+#                  tests, a full-width 4-layer generated checkpoint on the dense CPU reference, the dense GPU engine and
+#                  GPU AFD over tcp m2n 1A2F / p2p 1A1F, and the full 48-layer Qwen3-30B-A3B from random weights);
+#                  "attention": attention_bench beside PyTorch SDPA (bench/peers/torch_sdpa.py); "generate": `afd bench
+#                  generate` and its PyTorch peer (bench/peers/torch_qwen3_moe.py); "ab": `afd bench moe` of the
+#                  build against AFD_AB_OLD (an afd built from an earlier revision), in turn, two rounds;
+#                  "tokenizer": tokenizer_bench beside HF tokenizers (bench/peers/hf_tokenize.py; needs the tokenizer
+#                  in third_party/tokenizer and AFD_EXTRA_TARGETS=tokenizer_bench)
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
 #   AFD_WARMUP_MS  device time of warm-up before each timed series, ours and the peers' (default: the benchmarks' own,
 #                  300 ms, the steady state under the power cap; 0: burst clocks)
@@ -52,10 +60,14 @@ else
     {
         cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" -DAFD_CUDA=ON \
             -DAFD_BUILD_FUZZ=OFF -DAFD_BUILD_BENCH=ON ${nccl_root:+-DAFD_NCCL_ROOT=$nccl_root} &&
-            timeout 420 ninja -C "$build" kernels_cuda_tests ffn_tests afd
+            timeout 480 ninja -C "$build" kernels_cuda_tests ffn_tests attention_cuda_tests cli_tests lab_tests afd \
+                attention_bench ${AFD_EXTRA_TARGETS:-}
     } >>"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; echo "gpu_check: build failed"; exit 1; }
     grep -E "registers|spill|C75" "$out/build.log" | sort | uniq -c | head -40
-    mkdir -p "$build/bin" && cp "$build/src/afd" "$build/tests/kernels_cuda_tests" "$build/tests/ffn_tests" "$build/bin/"
+    mkdir -p "$build/bin" && cp "$build/src/afd" "$build/tests/kernels_cuda_tests" "$build/tests/ffn_tests" \
+        "$build/tests/attention_cuda_tests" "$build/tests/cli_tests" "$build/tests/lab_tests" \
+        "$build/bench/attention/attention_bench" "$build/bin/"
+    [ -x "$build/bench/tokenizer_bench" ] && cp "$build/bench/tokenizer_bench" "$build/bin/"
     bin="$build/bin"
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >>"$out/build.log" 2>&1
@@ -253,6 +265,97 @@ if has_phase hf; then
     timeout 400 python3 "$root/scripts/hf_crosscheck.py" --afd "$bin/afd" --out /tmp/afd_hf >"$out/hf.log" 2>&1
     echo "hf_crosscheck exit $?"
     tail -14 "$out/hf.log" | tee -a "$afd_summary"
+    stamp "the GPU engine vs transformers (scripts/hf_crosscheck.py --device cuda)"
+    timeout 400 python3 "$root/scripts/hf_crosscheck.py" --afd "$bin/afd" --out /tmp/afd_hf_gpu --device cuda \
+        >"$out/hf_gpu.log" 2>&1
+    echo "hf_crosscheck --device cuda exit $?"
+    tail -14 "$out/hf_gpu.log" | sed 's/^/gpu /' | tee -a "$afd_summary"
+fi
+if has_phase engine; then
+    stamp "attention_cuda_tests (CUDA ops, dense GPU engine, GPU attention role)"
+    timeout "${AFD_T_ENGINE:-300}" "$bin/attention_cuda_tests" --gtest_color=no >"$out/attention_cuda_tests.log" 2>&1
+    echo "attention_cuda_tests exit $?"
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|rel" "$out/attention_cuda_tests.log" | head -40
+    grep -E "^\[  (PASSED|FAILED) " "$out/attention_cuda_tests.log" | sed 's/^/attention_cuda_tests /' >>"$afd_summary"
+    stamp "cli_tests (the CLI on the GPU)"
+    timeout 300 "$bin/cli_tests" --gtest_color=no --gtest_filter='CudaCli.*:DeviceCli.*' >"$out/cli_tests.log" 2>&1
+    echo "cli_tests exit $?"
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected" "$out/cli_tests.log" | head -20
+    grep -E "^\[  (PASSED|FAILED) " "$out/cli_tests.log" | sed 's/^/cli_tests /' >>"$afd_summary"
+    stamp "full-width 4-layer checkpoint: dense CPU, dense GPU, GPU AFD over tcp"
+    q4=/tmp/afd_q30l4
+    timeout 200 "$bin/afd" gen-model --preset qwen3-30b-a3b --layers 4 --seed 1 --out "$q4" >"$out/q4.log" 2>&1
+    prompts=(--prompt-ids 1,2,3,4,5,6,7,8 --prompt-ids 9,10,11 --max-tokens 8)
+    timeout 300 "$bin/afd" generate --model "$q4" "${prompts[@]}" --json >"$out/q4_cpu.json" 2>>"$out/q4.log"
+    timeout 200 "$bin/afd" generate --model "$q4" --device cuda "${prompts[@]}" --json >"$out/q4_gpu.json" 2>>"$out/q4.log"
+    timeout 300 "$bin/afd" launch --model "$q4" --device cuda --ffn-device-ids 0,0 "${prompts[@]}" --json \
+        --run-dir "$out/launch_q4_m2n" >"$out/q4_m2n.json" 2>>"$out/q4.log"
+    timeout 300 "$bin/afd" launch --model "$q4" --device cuda --ffn-device-ids 0 "${prompts[@]}" --json \
+        --additional-config '{"afd":{"num_attention_ranks":1,"num_ffn_ranks":1,"compute_gate_on_attention":false}}' \
+        --run-dir "$out/launch_q4_p2p" >"$out/q4_p2p.json" 2>>"$out/q4.log"
+    grep -E "GB/s|loaded|uploaded" "$out/q4.log" | head -6
+    python3 - "$out" >>"$afd_summary" <<'PY'
+import json, sys, os
+def ids(name):
+    try:
+        out = json.load(open(os.path.join(sys.argv[1], name)))
+        rs = out["results"] if "results" in out else [out]
+        return [r["new_ids"] for r in rs], out.get("afd", {})
+    except Exception as e:
+        return f"no result ({e})", {}
+cpu, _ = ids("q4_cpu.json")
+gpu, _ = ids("q4_gpu.json")
+print(f"q30 4 layers: dense GPU ids {'==' if gpu == cpu else '!='} dense CPU ids")
+for mode in ("m2n", "p2p"):
+    got, afd = ids(f"q4_{mode}.json")
+    print(f"q30 4 layers: GPU AFD {mode} ids {'==' if got == cpu else '!='} dense CPU ids; "
+          f"matches its dense reference: {afd.get('matches_dense_reference')}, clean: {afd.get('clean_shutdown')}")
+PY
+    stamp "full 48-layer Qwen3-30B-A3B from random weights on one GPU"
+    timeout 300 "$bin/afd" generate --preset qwen3-30b-a3b --random-weights --device cuda --prompt-ids 3,17,99 \
+        --max-tokens 16 >"$out/q30_full.log" 2>&1
+    echo "q30 full generate exit $?" | tee -a "$afd_summary"
+    tail -3 "$out/q30_full.log"
+fi
+if has_phase attention; then
+    stamp "attention_bench and PyTorch SDPA"
+    timeout 300 "$bin/attention_bench" --csv "$out/attn_ours.csv" >"$out/attention.log" 2>&1
+    echo "attention_bench exit $?"
+    (cd "$root/bench/peers" && timeout 300 python3 torch_sdpa.py --csv "$out/attn_sdpa.csv" --ours "$out/attn_ours.csv") \
+        >>"$out/attention.log" 2>&1
+    echo "torch_sdpa exit $?"
+    tail -40 "$out/attention.log"
+fi
+if has_phase generate; then
+    stamp "afd bench generate (full-size Qwen3-30B-A3B, random weights)"
+    timeout "${AFD_T_GENERATE:-420}" "$bin/afd" bench generate --csv "$out/generate_ours.csv" >"$out/generate.log" 2>&1
+    echo "bench generate exit $?"
+    (cd "$root/bench/peers" && timeout "${AFD_T_GENERATE_PEER:-420}" python3 torch_qwen3_moe.py \
+        --csv "$out/generate_torch.csv" --ours "$out/generate_ours.csv") >>"$out/generate.log" 2>&1
+    echo "torch_qwen3_moe exit $?"
+    tail -40 "$out/generate.log"
+fi
+if has_phase ab && [ -n "${AFD_AB_OLD:-}" ]; then
+    stamp "afd bench moe: this build against $AFD_AB_OLD, in turn"
+    for round in 1 2; do
+        for b in "$AFD_AB_OLD" "$bin/afd"; do
+            timeout 120 "$b" bench moe --tokens 1,64,1024,16384 --routing uniform,zipf --no-stages --reps 100 2>&1 |
+                awk -v p="r$round $b" '$1 ~ /^[0-9]+$/ { print p, $0 }'
+        done
+    done >"$out/ab.log"
+    echo "ab exit $?"
+    cat "$out/ab.log"
+fi
+if has_phase tokenizer && [ -x "$bin/tokenizer_bench" ]; then
+    stamp "tokenizer_bench and HF tokenizers"
+    tok="$root/third_party/tokenizer/tokenizer.json"
+    timeout 200 "$bin/tokenizer_bench" --tokenizer="$tok" --write-corpus=/tmp/afd_corpus.json \
+        --write-ids=/tmp/afd_ids.json >"$out/tokenizer.log" 2>&1
+    echo "tokenizer_bench exit $?"
+    timeout 200 python3 "$root/bench/peers/hf_tokenize.py" --tokenizer "$tok" --corpus /tmp/afd_corpus.json \
+        --check-ids /tmp/afd_ids.json >>"$out/tokenizer.log" 2>&1
+    echo "hf_tokenize exit $?"
+    tail -30 "$out/tokenizer.log"
 fi
 stamp "summary"
 if has_phase bench || has_phase peers; then

@@ -10,6 +10,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="$(realpath -m "${1:-$root/.gpu_deps}")"
 packages=(libfmt-dev libfmt9 libspdlog-dev libspdlog1.10 nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
+          libbenchmark-dev libbenchmark1debian
           libpcre2-8-0 libpcre2-dev libutf8proc2 libutf8proc-dev)
 
 work="$(mktemp -d)"
