@@ -153,8 +153,8 @@ void CpuOps::linear(const Tensor& x, const Tensor& w, const Tensor* bias, const 
     kernels::linearCpu({M, K, N, x.data<float>(), bf16(w), b, y.data<float>()});
 }
 
-void CpuOps::qkvRopeKvWrite(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
-                            const RopeTable& rope, const Tensor& positions, const Tensor& slot_mapping,
+void CpuOps::qkvRopeKvWrite(const Tensor& qkv, const Tensor* qkv_bias, const Tensor& q_norm, const Tensor& k_norm,
+                            float eps, const RopeTable& rope, const Tensor& positions, const Tensor& slot_mapping,
                             const Tensor& k_cache, const Tensor& v_cache, const Tensor& q_out) {
     expect(qkv, DType::kF32, 2, "qkvRopeKvWrite qkv");
     expect(k_cache, DType::kF32, 4, "qkvRopeKvWrite k_cache");
@@ -193,8 +193,21 @@ void CpuOps::qkvRopeKvWrite(const Tensor& qkv, const Tensor& q_norm, const Tenso
         AFD_CHECK(slots[t] >= -1 && slots[t] < num_slots, "CpuOps: slot {} outside the cache's {} slots", slots[t],
                   num_slots);
     }
+    if (qkv_bias != nullptr) {
+        expect(*qkv_bias, DType::kBf16, 1, "qkvRopeKvWrite qkv_bias");
+        expectShape(*qkv_bias, {width}, "qkvRopeKvWrite qkv_bias");
+    }
     if (n == 0) return;
     const float* src = qkv.data<float>();
+    if (qkv_bias != nullptr) {
+        // The projection plus its bias, as linearCpu adds it (one FP32 addition per value).
+        biased_.resize(static_cast<size_t>(n * width));
+        const core::Bf16* bias = qkv_bias->data<core::Bf16>();
+        for (int64_t t = 0; t < n; ++t) {
+            for (int64_t c = 0; c < width; ++c) biased_[t * width + c] = src[t * width + c] + bias[c].toFloat();
+        }
+        src = biased_.data();
+    }
     const float* cos = rope.cos.data<float>();
     const float* sin = rope.sin.data<float>();
     const int64_t q_row = nh * hd;

@@ -28,9 +28,10 @@ public:
     void rmsNormRows(const core::Tensor& residual, const core::Tensor& rows, const core::Tensor& weight, float eps,
                      const core::Tensor& out) override;
     void linear(const core::Tensor& x, const core::Tensor& w, const core::Tensor* bias, const core::Tensor& y) override;
-    void qkvRopeKvWrite(const core::Tensor& qkv, const core::Tensor& q_norm, const core::Tensor& k_norm, float eps,
-                        const RopeTable& rope, const core::Tensor& positions, const core::Tensor& slot_mapping,
-                        const core::Tensor& k_cache, const core::Tensor& v_cache, const core::Tensor& q_out) override;
+    void qkvRopeKvWrite(const core::Tensor& qkv, const core::Tensor* qkv_bias, const core::Tensor& q_norm,
+                        const core::Tensor& k_norm, float eps, const RopeTable& rope, const core::Tensor& positions,
+                        const core::Tensor& slot_mapping, const core::Tensor& k_cache, const core::Tensor& v_cache,
+                        const core::Tensor& q_out) override;
     void attention(const core::Tensor& q, const core::Tensor& k_cache, const core::Tensor& v_cache,
                    const AttentionChunks& chunks, float scale, const core::Tensor& out) override;
     void sample(const core::Tensor& logits, std::span<const SampleRequest> requests,
@@ -40,6 +41,7 @@ private:
     // Scratch reused across calls (sized by reserve; grown if a call needs more): normed-and-rotated k rows; the
     // per-row sequence and position arrays kernels::pagedAttentionCpu reads.
     std::vector<float> k_rows_;
+    std::vector<float> biased_;  // qkv plus its bias (qkvRopeKvWrite)
     std::vector<int32_t> token_seq_;
     std::vector<int32_t> token_pos_;
 };

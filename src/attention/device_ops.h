@@ -128,17 +128,19 @@ public:
                         const core::Tensor& y) = 0;
 
     // After the fused QKV projection, for n tokens:
-    //   qkv [n, (nh + 2 nkv) hd] activation dtype, each row q heads | k heads | v heads;
+    //   qkv [n, (nh + 2 nkv) hd] activation dtype or FP32, each row q heads | k heads | v heads, plus qkv_bias
+    //   [(nh + 2 nkv) hd] BF16 when given (attention_bias);
     //   q_out [n, nh hd] activation dtype = rope(rmsnorm per head of q, weight q_norm [hd] BF16);
     //   k = rope(rmsnorm per head of k, k_norm [hd] BF16) and v are written to slot slot_mapping[t] of k_cache and
     //   v_cache [num_blocks, block_size, nkv, hd] activation dtype (slot = block * block_size + offset; -1: token t's
     //   K/V are not written);
     //   rope at positions[t] (rows of `rope`); positions, slot_mapping [n] I32.
     // nkv and hd come from the cache's shape, nh from q_out's.
-    virtual void qkvRopeKvWrite(const core::Tensor& qkv, const core::Tensor& q_norm, const core::Tensor& k_norm,
-                                float eps, const RopeTable& rope, const core::Tensor& positions,
-                                const core::Tensor& slot_mapping, const core::Tensor& k_cache,
-                                const core::Tensor& v_cache, const core::Tensor& q_out) = 0;
+    virtual void qkvRopeKvWrite(const core::Tensor& qkv, const core::Tensor* qkv_bias, const core::Tensor& q_norm,
+                                const core::Tensor& k_norm, float eps, const RopeTable& rope,
+                                const core::Tensor& positions, const core::Tensor& slot_mapping,
+                                const core::Tensor& k_cache, const core::Tensor& v_cache,
+                                const core::Tensor& q_out) = 0;
 
     // Causal grouped-query attention of one stage over the paged cache (AttentionChunks states which positions each
     // query row reads): q [n, nh hd] and out [n, nh hd] activation dtype; k_cache, v_cache as in qkvRopeKvWrite

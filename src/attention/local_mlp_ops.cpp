@@ -45,22 +45,19 @@ public:
     void denseMlp(int64_t layer, const Tensor& x, const Tensor& out) override {
         const int64_t n = rows(x);
         const int64_t H = config_.hidden_size;
-        AFD_CHECK(out.device().isCpu() && out.dtype() == x.dtype() && out.shape() == x.shape(),
-                  "local MLP ops: out {} {} must match x", core::dtypeName(out.dtype()),
+        AFD_CHECK(out.device().isCpu() && out.dtype() == DType::kF32 && out.shape() == x.shape(),
+                  "local MLP ops: out {} {} must be FP32 of x's shape", core::dtypeName(out.dtype()),
                   core::shapeToString(out.shape()));
         const model::MlpLayerWeights& w = weights_.mlp[static_cast<size_t>(layer)];
         if (x.dtype() == DType::kF32) {
             kernels::mlpBlockCpu(config_, w, x.data<float>(), n, out.data<float>());
             return;
         }
-        // BF16 host activations: through FP32, rounded once on the way out.
+        // BF16 host activations: read through FP32.
         x_.resize(static_cast<size_t>(n * H));
-        out_.resize(static_cast<size_t>(n * H));
         const core::Bf16* in = x.data<core::Bf16>();
         for (size_t i = 0; i < x_.size(); ++i) x_[i] = in[i].toFloat();
-        kernels::mlpBlockCpu(config_, w, x_.data(), n, out_.data());
-        core::Bf16* result = out.data<core::Bf16>();
-        for (size_t i = 0; i < out_.size(); ++i) result[i] = core::Bf16(out_[i]);
+        kernels::mlpBlockCpu(config_, w, x_.data(), n, out.data<float>());
     }
 
 private:
@@ -76,7 +73,6 @@ private:
     const model::ModelConfig& config_;
     const model::ModelWeights& weights_;
     std::vector<float> x_;
-    std::vector<float> out_;
 };
 
 }  // namespace

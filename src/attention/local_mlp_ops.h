@@ -26,8 +26,8 @@ public:
     // descending weight order. Enqueued on the ops' stream: they hold the result once it has passed
     // (DeviceOps::synchronize).
     virtual void route(int64_t layer, const core::Tensor& x, const core::Tensor& ids, const core::Tensor& weights) = 0;
-    // out [n, H] = the SwiGLU MLP of dense layer `layer` on x [n, H], both on the ops' device in its activation dtype;
-    // enqueued on the ops' stream.
+    // out [n, H] FP32 = the SwiGLU MLP of dense layer `layer` on x [n, H] (activation dtype), both on the ops'
+    // device; enqueued on the ops' stream.
     virtual void denseMlp(int64_t layer, const core::Tensor& x, const core::Tensor& out) = 0;
 };
 

@@ -39,7 +39,7 @@ public:
     virtual void reserve(const StepLimits& limits) { (void)limits; }
     virtual core::Status beginStep(const StepPlan& plan) = 0;
     // x [n, H] (the ops' activation dtype, on the ops' device) stays valid and unmodified until the matching collect
-    // returns; the result goes to out [n, H] (same dtype and device), written as seen from the ops' stream once
+    // returns; the result goes to out [n, H] FP32 on the same device, written as seen from the ops' stream once
     // collect returns. Tensors are handles: `out` is written through.
     virtual core::Status submit(int64_t layer, int stage, const core::Tensor& x, const core::Tensor& out) = 0;
     virtual core::Status collect(int64_t layer, int stage) = 0;

@@ -88,11 +88,15 @@ ModelRunner::ModelRunner(const model::ModelConfig& config, const model::ModelWei
     const int64_t R = limits.max_chunks;
     hidden_ = ops.empty(core::DType::kF32, {T, H});
     normed_ = ops.empty(act, {T, H});
-    qkv_ = ops.empty(act, {T, qkv_rows});
+    // The projections that feed an FP32 op keep FP32 outputs: the q/k norms and RoPE read the QKV projection, the
+    // residual add reads o_proj's (one rounding to bf16 fewer each, at a few bytes per token).
+    qkv_ = ops.empty(core::DType::kF32, {T, qkv_rows});
     q_ = ops.empty(act, {T, config.qSize()});
     attn_ = ops.empty(act, {T, config.qSize()});
-    proj_ = ops.empty(act, {T, H});
-    mlp_out_ = ops.empty(act, {T, H});
+    proj_ = ops.empty(core::DType::kF32, {T, H});
+    // The MLP's sums stay FP32 up to the residual add (MoeParams::out_f32): partial sums of several FFN ranks add up
+    // as the dense engine's whole sum does.
+    mlp_out_ = ops.empty(core::DType::kF32, {T, H});
     final_normed_ = ops.empty(act, {R, H});
     logits_ = ops.empty(core::DType::kF32, {R, config.vocab_size});
 }
@@ -123,9 +127,9 @@ void ModelRunner::attentionBlock(int64_t layer, const StepTensors& step, const S
     const core::Tensor& k_cache = kv_cache_.keys(layer);
     const core::Tensor& v_cache = kv_cache_.values(layer);
 
-    ops_.linear(x, w.qkv_proj, optional(w.qkv_bias), qkv);
-    ops_.qkvRopeKvWrite(qkv, w.q_norm, w.k_norm, eps, rope_, step.positions.slice(b, e), step.slot_mapping.slice(b, e),
-                        k_cache, v_cache, q);
+    ops_.linear(x, w.qkv_proj, nullptr, qkv);
+    ops_.qkvRopeKvWrite(qkv, optional(w.qkv_bias), w.q_norm, w.k_norm, eps, rope_, step.positions.slice(b, e),
+                        step.slot_mapping.slice(b, e), k_cache, v_cache, q);
     const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
     ops_.attention(q, k_cache, v_cache, stage.chunks, scale, attn);
     ops_.linear(attn, w.o_proj, nullptr, proj);

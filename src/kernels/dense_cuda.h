@@ -57,7 +57,8 @@ struct QkvRopeParams {
     int64_t num_kv_heads = 0;  // nkv
     int64_t head_dim = 0;      // hd: one of 16, 32, 64, 128, 256
     float eps = 1e-6f;
-    const core::Bf16* qkv = nullptr;       // [T, (nh + 2 nkv) hd]: the q heads, then the k heads, then the v heads
+    const void* qkv = nullptr;  // [T, (nh + 2 nkv) hd] qkv_dtype: the q heads, then the k heads, then the v heads
+    ActDType qkv_dtype = ActDType::kBf16;  // FP32: the projection's output before any rounding to bf16
     const core::Bf16* qkv_bias = nullptr;  // [(nh + 2 nkv) hd], or null
     const core::Bf16* q_norm = nullptr;    // [hd], or null: no q norm
     const core::Bf16* k_norm = nullptr;    // [hd], or null: no k norm

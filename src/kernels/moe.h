@@ -37,7 +37,12 @@ struct MoeParams {
     const float* topk_weights = nullptr;  // [T, K]
     const core::Bf16* w13 = nullptr;      // [E_local, 2*I, H]
     const core::Bf16* w2 = nullptr;       // [E_local, H, I]
-    void* out = nullptr;                  // [T, H] act_dtype, overwritten (zero for tokens with no local entry)
+    void* out = nullptr;                  // [T, H] act_dtype (FP32 with out_f32), overwritten (zero for tokens
+                                          // with no local entry)
+    // out is FP32 whatever act_dtype: the sums over each token's entries leave unrounded, so that partial sums of
+    // several FFN ranks add up as the whole sum of one rank does (up to FP32 rounding), and the residual add reads
+    // them as they were summed.
+    bool out_f32 = false;
 };
 
 // CPU reference: FP32 arithmetic from bf16 weights; with act_dtype kBf16 the inputs are read as bf16 and

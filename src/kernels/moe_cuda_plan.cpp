@@ -112,7 +112,8 @@ MoeCudaPlan planMoeCuda(const MoeParams& params, MoeTileConfig tile) {
     const int64_t served = moeServedEntries(params);
     const int64_t experts = params.num_experts;
     plan.fused_routing = !shape.tma_tokens && entries <= kMoeFusedRoutingEntries;
-    plan.fused_combine = entries <= kMoeFusedCombineEntries;
+    // The down kernel's fused combine stores bf16 only; FP32 sums (MoeParams::out_f32) take the combine kernel.
+    plan.fused_combine = entries <= kMoeFusedCombineEntries && !params.out_f32;
     // tall128g's cp.async producer takes the token-TMA tiles' item ring, down kernel per expert and combine by part,
     // after the permute kernel only: the permute kernel zeroes their words (the fused routing has none).
     const bool ring_paths = shape.tma_tokens || (isTall128Gather(shape) && !plan.fused_routing);

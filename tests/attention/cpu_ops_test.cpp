@@ -96,7 +96,7 @@ TEST(CpuOps, QkvRopeKvWriteMatchesTheUnfusedKernels) {
     const Tensor k_cache = poisoned({num_blocks, bs, nkv, hd});
     const Tensor v_cache = poisoned({num_blocks, bs, nkv, hd});
     const Tensor q_out = poisoned({n, nh * hd});
-    ops.qkvRopeKvWrite(qkv, q_norm, k_norm, eps, rope, i32(positions), i32(slots), k_cache, v_cache, q_out);
+    ops.qkvRopeKvWrite(qkv, nullptr, q_norm, k_norm, eps, rope, i32(positions), i32(slots), k_cache, v_cache, q_out);
 
     // The model runner's former sequence: three projections' outputs, per-head norms, a per-step RoPE table, the
     // per-token KV write.
@@ -140,8 +140,8 @@ TEST(CpuOps, QkvRopeKvWriteMatchesTheUnfusedKernels) {
     EXPECT_TRUE(sameBits(k_cache, k_want));
     EXPECT_TRUE(sameBits(v_cache, v_want));
 
-    EXPECT_THROW(ops.qkvRopeKvWrite(qkv, q_norm, k_norm, eps, rope, i32({0, 1, 2, 3, 4, P}), i32(slots), k_cache,
-                                    v_cache, q_out),
+    EXPECT_THROW(ops.qkvRopeKvWrite(qkv, nullptr, q_norm, k_norm, eps, rope, i32({0, 1, 2, 3, 4, P}), i32(slots),
+                                    k_cache, v_cache, q_out),
                  core::Error);  // a position beyond the table
 }
 

@@ -76,8 +76,8 @@ public:
     }
     void rmsNormRows(const Tensor&, const Tensor&, const Tensor&, float, const Tensor&) override { AFD_FAIL("unused"); }
     void linear(const Tensor&, const Tensor&, const Tensor*, const Tensor&) override { AFD_FAIL("unused"); }
-    void qkvRopeKvWrite(const Tensor&, const Tensor&, const Tensor&, float, const RopeTable&, const Tensor&,
-                        const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {
+    void qkvRopeKvWrite(const Tensor&, const Tensor*, const Tensor&, const Tensor&, float, const RopeTable&,
+                        const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {
         AFD_FAIL("unused");
     }
     void attention(const Tensor&, const Tensor&, const Tensor&, const AttentionChunks&, float, const Tensor&) override {

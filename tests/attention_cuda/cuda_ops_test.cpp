@@ -253,12 +253,17 @@ TEST_F(CudaOpsTest, QkvRopeKvWriteAndAttentionMatchCpuOps) {
         SCOPED_TRACE(step == &s1 ? "prefill" : "decode with padding");
         const auto n = static_cast<int64_t>(step->positions.size());
         const Tensor qkv = randomBf16(rng_, {n, (nh + 2 * nkv) * hd});
+        // The prefill step reads BF16 projections; the decode step FP32 ones with a bias (attention_bias).
+        const bool f32_with_bias = step == &s2;
+        const Tensor bias = randomBf16(rng_, {(nh + 2 * nkv) * hd});
+        const Tensor gpu_bias = up(bias);
         Tensor cpu_q = Tensor::empty(DType::kF32, {n, nh * hd});
-        cpu_.qkvRopeKvWrite(asF32(qkv), q_norm, k_norm, eps, cpu_rope, i32(step->positions), i32(step->slots), cpu_k,
-                            cpu_v, cpu_q);
+        cpu_.qkvRopeKvWrite(asF32(qkv), f32_with_bias ? &bias : nullptr, q_norm, k_norm, eps, cpu_rope,
+                            i32(step->positions), i32(step->slots), cpu_k, cpu_v, cpu_q);
         const Tensor gpu_q = poisoned(DType::kBf16, {n, nh * hd});
-        ops_->qkvRopeKvWrite(up(qkv), gpu_q_norm, gpu_k_norm, eps, gpu_rope, up(i32(step->positions)),
-                             up(i32(step->slots)), gpu_k, gpu_v, gpu_q);
+        ops_->qkvRopeKvWrite(f32_with_bias ? up(asF32(qkv)) : up(qkv), f32_with_bias ? &gpu_bias : nullptr, gpu_q_norm,
+                             gpu_k_norm, eps, gpu_rope, up(i32(step->positions)), up(i32(step->slots)), gpu_k, gpu_v,
+                             gpu_q);
         const Tensor gpu_q_host = down(gpu_q);
         EXPECT_LT(relL2(gpu_q_host, cpu_q), 1e-2);
 

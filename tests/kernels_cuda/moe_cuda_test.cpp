@@ -434,6 +434,36 @@ TEST(MoeCudaTest, StagesReplayedAloneServeEveryItem) {
     }
 }
 
+// MoeParams::out_f32: the same sums, unrounded. Rounded to bf16 they are the bf16 layer's output bit for bit, for the
+// combine kernel, the combine by part and where bf16 output takes the fused combine (which FP32 sums never take).
+TEST(MoeCudaTest, Fp32SumsRoundToTheBf16LayersOutput) {
+    AFD_REQUIRE_HOPPER();
+    std::mt19937 rng(77);
+    for (const Case& c : {Case{"fused_combine_T1", 1, 64, 32, 8, 2, Routing::kUniform},
+                          Case{"qwen3_T1", 1, 2048, 768, 128, 8, Routing::kUniform},
+                          Case{"combine_kernel", 29, 128, 64, 4, 2, Routing::kWithUnserved},
+                          Case{"tall_ring_paths_skewed", 200, 512, 256, 16, 4, Routing::kSkewed}}) {
+        SCOPED_TRACE(c.name);
+        Problem p(c, rng);
+        MoeParams params = p.params();
+        p.poisonOutputs();
+        moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr);
+        AFD_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<core::Bf16> bf16_out = p.d_out.download<core::Bf16>(static_cast<size_t>(c.tokens * c.hidden));
+        params.out_f32 = true;
+        EXPECT_FALSE(planMoeCuda(params).fused_combine);
+        DeviceBuffer out_f32(static_cast<size_t>(c.tokens * c.hidden) * 4);
+        out_f32.poison();
+        params.out = out_f32.get();
+        moeForwardCuda(params, p.d_ws.get(), p.d_ws.bytes(), nullptr);
+        AFD_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> sums = out_f32.download<float>(static_cast<size_t>(c.tokens * c.hidden));
+        for (size_t i = 0; i < sums.size(); ++i) {
+            ASSERT_EQ(core::Bf16(sums[i]).bits, bf16_out[i].bits) << "element " << i << " sum " << sums[i];
+        }
+    }
+}
+
 // Error paths: checked before any device work, so they run without a GPU too.
 MoeParams validParams() {
     MoeParams p;

@@ -40,13 +40,13 @@ public:
 
     void denseMlp(int64_t layer, const Tensor& x, const Tensor& out) override {
         const int64_t n = rows(x);
-        AFD_CHECK(out.device() == x.device() && out.dtype() == DType::kBf16 && out.shape() == x.shape(),
-                  "GPU local MLP ops: out {} {} on {} must match x", core::dtypeName(out.dtype()),
+        AFD_CHECK(out.device() == x.device() && out.dtype() == DType::kF32 && out.shape() == x.shape(),
+                  "GPU local MLP ops: out {} {} on {} must be FP32 of x's shape", core::dtypeName(out.dtype()),
                   core::shapeToString(out.shape()), out.device().toString());
         if (n == 0) return;
         kernels_.reserve(n);
         makeCurrent();
-        kernels_.dense(layer, static_cast<const core::Bf16*>(x.rawData()), n, static_cast<core::Bf16*>(out.rawData()));
+        kernels_.dense(layer, static_cast<const core::Bf16*>(x.rawData()), n, static_cast<float*>(out.rawData()));
     }
 
 private:

@@ -39,9 +39,10 @@ core::Status CudaMlpBackend::beginStep(const StepPlan& plan) {
 core::Status CudaMlpBackend::submit(int64_t layer, int, const core::Tensor& x, const core::Tensor& out) {
     const core::Device device = core::Device::cuda(gpu_);
     AFD_CHECK(x.device() == device && out.device() == device && x.dtype() == core::DType::kBf16 &&
-                  out.dtype() == core::DType::kBf16,
-              "CUDA MLP backend runs on BF16 tensors on {}, got {} on {} into {} on {}", device.toString(),
-              core::dtypeName(x.dtype()), x.device().toString(), core::dtypeName(out.dtype()), out.device().toString());
+                  out.dtype() == core::DType::kF32,
+              "CUDA MLP backend reads BF16 and writes FP32 tensors on {}, got {} on {} into {} on {}",
+              device.toString(), core::dtypeName(x.dtype()), x.device().toString(), core::dtypeName(out.dtype()),
+              out.device().toString());
     AFD_CHECK(x.dim() == 2 && x.size(1) == config_.hidden_size && out.shape() == x.shape(),
               "CUDA MLP backend: x {} and out {} must be [n, {}]", core::shapeToString(x.shape()),
               core::shapeToString(out.shape()), config_.hidden_size);
@@ -51,7 +52,7 @@ core::Status CudaMlpBackend::submit(int64_t layer, int, const core::Tensor& x, c
     kernels_.reserve(n);
     AFD_CUDA_CHECK(cudaSetDevice(gpu_));
     const auto* in = static_cast<const core::Bf16*>(x.rawData());
-    auto* result = static_cast<core::Bf16*>(out.rawData());
+    auto* result = static_cast<float*>(out.rawData());
     if (config_.isMoeLayer(layer)) {
         kernels_.route(layer, in, n, num_valid_);
         kernels_.experts(layer, in, n, result);

@@ -112,7 +112,7 @@ void CudaMlpKernels::route(int64_t layer, const core::Bf16* x, int64_t n, const 
     }
 }
 
-void CudaMlpKernels::experts(int64_t layer, const core::Bf16* x, int64_t n, core::Bf16* out) {
+void CudaMlpKernels::experts(int64_t layer, const core::Bf16* x, int64_t n, float* out) {
     const model::MlpLayerWeights& w = layerWeights(layer);
     AFD_CHECK(config_.isMoeLayer(layer) && w.hasExperts(), "CUDA MLP: layer {} holds no experts here", layer);
     checkCall(n);
@@ -131,10 +131,11 @@ void CudaMlpKernels::experts(int64_t layer, const core::Bf16* x, int64_t n, core
     p.w13 = w.w13.data<core::Bf16>();
     p.w2 = w.w2.data<core::Bf16>();
     p.out = out;
+    p.out_f32 = true;
     kernels::moeForwardCuda(p, moe_workspace_.get(), moe_workspace_.bytes(), stream_);
 }
 
-void CudaMlpKernels::dense(int64_t layer, const core::Bf16* x, int64_t n, core::Bf16* out) {
+void CudaMlpKernels::dense(int64_t layer, const core::Bf16* x, int64_t n, float* out) {
     const model::MlpLayerWeights& w = layerWeights(layer);
     AFD_CHECK(!config_.isMoeLayer(layer) && w.hasExperts(), "CUDA MLP: layer {} has no dense MLP here", layer);
     checkCall(n);
@@ -152,6 +153,7 @@ void CudaMlpKernels::dense(int64_t layer, const core::Bf16* x, int64_t n, core::
     p.w13 = w.w13.data<core::Bf16>();
     p.w2 = w.w2.data<core::Bf16>();
     p.out = out;
+    p.out_f32 = true;
     kernels::moeForwardCuda(p, moe_workspace_.get(), moe_workspace_.bytes(), stream_);
 }
 

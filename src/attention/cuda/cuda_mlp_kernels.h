@@ -35,9 +35,9 @@ public:
     // descending weight order). With `num_valid` ([1] on the device), rows >= *num_valid get ids -1 and weights 0.
     void route(int64_t layer, const core::Bf16* x, int64_t n, const int32_t* num_valid);
     // out [n, H] BF16 = the routed experts of MoE layer `layer` on x, weighted by the last route()'s entries.
-    void experts(int64_t layer, const core::Bf16* x, int64_t n, core::Bf16* out);
+    void experts(int64_t layer, const core::Bf16* x, int64_t n, float* out);
     // out [n, H] BF16 = the SwiGLU MLP of dense layer `layer` on x.
-    void dense(int64_t layer, const core::Bf16* x, int64_t n, core::Bf16* out);
+    void dense(int64_t layer, const core::Bf16* x, int64_t n, float* out);
 
     const int32_t* topkIds() const { return topk_ids_.as<int32_t>(); }  // [capacity, K]
     const float* topkWeights() const { return topk_weights_.as<float>(); }

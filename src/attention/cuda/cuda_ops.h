@@ -49,9 +49,10 @@ public:
     void rmsNormRows(const core::Tensor& residual, const core::Tensor& rows, const core::Tensor& weight, float eps,
                      const core::Tensor& out) override;
     void linear(const core::Tensor& x, const core::Tensor& w, const core::Tensor* bias, const core::Tensor& y) override;
-    void qkvRopeKvWrite(const core::Tensor& qkv, const core::Tensor& q_norm, const core::Tensor& k_norm, float eps,
-                        const RopeTable& rope, const core::Tensor& positions, const core::Tensor& slot_mapping,
-                        const core::Tensor& k_cache, const core::Tensor& v_cache, const core::Tensor& q_out) override;
+    void qkvRopeKvWrite(const core::Tensor& qkv, const core::Tensor* qkv_bias, const core::Tensor& q_norm,
+                        const core::Tensor& k_norm, float eps, const RopeTable& rope, const core::Tensor& positions,
+                        const core::Tensor& slot_mapping, const core::Tensor& k_cache, const core::Tensor& v_cache,
+                        const core::Tensor& q_out) override;
     void attention(const core::Tensor& q, const core::Tensor& k_cache, const core::Tensor& v_cache,
                    const AttentionChunks& chunks, float scale, const core::Tensor& out) override;
     // Per row: temperature, top_k, top_p, the request's seed and the offset num_sampled (the draw of a seeded request

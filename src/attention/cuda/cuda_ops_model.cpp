@@ -142,11 +142,13 @@ void CudaOps::linear(const Tensor& x, const Tensor& w, const Tensor* bias, const
     gemm_->matmul(p, cudaStream());
 }
 
-void CudaOps::qkvRopeKvWrite(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
-                             const RopeTable& rope, const Tensor& positions, const Tensor& slot_mapping,
+void CudaOps::qkvRopeKvWrite(const Tensor& qkv, const Tensor* qkv_bias, const Tensor& q_norm, const Tensor& k_norm,
+                             float eps, const RopeTable& rope, const Tensor& positions, const Tensor& slot_mapping,
                              const Tensor& k_cache, const Tensor& v_cache, const Tensor& q_out) {
     const core::Device dev = device();
-    expect(qkv, DType::kBf16, 2, dev, "qkvRopeKvWrite qkv");
+    AFD_CHECK(qkv.dtype() == DType::kBf16 || qkv.dtype() == DType::kF32,
+              "CudaOps: qkvRopeKvWrite qkv must be bf16 or f32");
+    expect(qkv, qkv.dtype(), 2, dev, "qkvRopeKvWrite qkv");
     expect(k_cache, DType::kBf16, 4, dev, "qkvRopeKvWrite k_cache");
     expect(v_cache, DType::kBf16, 4, dev, "qkvRopeKvWrite v_cache");
     expectShape(v_cache, k_cache.shape(), "qkvRopeKvWrite v_cache");
@@ -178,7 +180,13 @@ void CudaOps::qkvRopeKvWrite(const Tensor& qkv, const Tensor& q_norm, const Tens
     p.num_kv_heads = nkv;
     p.head_dim = hd;
     p.eps = eps;
-    p.qkv = bf16(qkv);
+    p.qkv = qkv.rawData();
+    p.qkv_dtype = qkv.dtype() == DType::kF32 ? kernels::ActDType::kF32 : kernels::ActDType::kBf16;
+    if (qkv_bias != nullptr) {
+        expect(*qkv_bias, DType::kBf16, 1, dev, "qkvRopeKvWrite qkv_bias");
+        expectShape(*qkv_bias, {(nh + 2 * nkv) * hd}, "qkvRopeKvWrite qkv_bias");
+        p.qkv_bias = bf16(*qkv_bias);
+    }
     p.q_norm = bf16(q_norm);
     p.k_norm = bf16(k_norm);
     p.positions = positions.data<int32_t>();

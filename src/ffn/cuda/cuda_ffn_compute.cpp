@@ -158,7 +158,7 @@ core::Status CudaFfnCompute::init(model::ModelWeights weights) {
     }
     const int64_t rows = bucketFor(max_rows_);
     x_dev_ = DeviceBuffer(static_cast<size_t>(rows * H) * sizeof(uint16_t));
-    out_dev_ = DeviceBuffer(static_cast<size_t>(rows * H) * sizeof(uint16_t));
+    out_dev_ = DeviceBuffer(static_cast<size_t>(rows * H) * sizeof(float));
     ids_dev_ = DeviceBuffer(static_cast<size_t>(rows * K) * sizeof(int32_t));
     weights_dev_ = DeviceBuffer(static_cast<size_t>(rows * K) * sizeof(float));
     workspace_ = DeviceBuffer(kernels::moeCudaWorkspaceBytes(rows, K, max_experts, H, max_inter));
@@ -166,7 +166,7 @@ core::Status CudaFfnCompute::init(model::ModelWeights weights) {
         router_workspace_ = DeviceBuffer(kernels::routerCudaWorkspaceBytes(rows, H, config_.num_experts));
     }
     x_host_ = PinnedBuffer(static_cast<size_t>(rows * H) * sizeof(uint16_t));
-    out_host_ = PinnedBuffer(static_cast<size_t>(rows * H) * sizeof(uint16_t));
+    out_host_ = PinnedBuffer(static_cast<size_t>(rows * H) * sizeof(float));
     ids_host_ = PinnedBuffer(static_cast<size_t>(rows * K) * sizeof(int32_t));
     weights_host_ = PinnedBuffer(static_cast<size_t>(rows * K) * sizeof(float));
     AFD_LOG_INFO("{}: {} bytes of weights in device memory, staging for {} rows, CUDA graphs {}", describe(),
@@ -233,6 +233,8 @@ void CudaFfnCompute::enqueue(int64_t layer, int64_t rows) {
     p.w13 = d.w13.as<core::Bf16>();
     p.w2 = d.w2.as<core::Bf16>();
     p.out = out_dev_.get();
+    // The sums leave in FP32: an m2n attention rank adds its FFN ranks' partial sums as one rank's whole sum.
+    p.out_f32 = true;
     if (d.route_here) {
         const kernels::RouterParams r =
             kernels::routerParams(config_, rows, kernels::ActDType::kBf16, x_dev_.get(), d.router.as<core::Bf16>(),
@@ -290,13 +292,11 @@ core::Status CudaFfnCompute::run(int64_t layer, int64_t T, const float* x, const
         enqueue(layer, bucket);
     }
     AFD_CUDA_CHECK_LAUNCH();
-    auto* oh = out_host_.as<uint16_t>();
+    auto* oh = out_host_.as<float>();
     AFD_CUDA_CHECK(
-        cudaMemcpyAsync(oh, out_dev_.get(), static_cast<size_t>(T * H) * sizeof(uint16_t), cudaMemcpyDeviceToHost, s));
+        cudaMemcpyAsync(oh, out_dev_.get(), static_cast<size_t>(T * H) * sizeof(float), cudaMemcpyDeviceToHost, s));
     AFD_CUDA_CHECK(cudaStreamSynchronize(s));
-    core::parallelFor(T, 64, [&](int64_t b, int64_t e) {
-        for (int64_t i = b * H; i < e * H; ++i) out[i] = core::bf16BitsToFloat(oh[i]);
-    });
+    std::memcpy(out, oh, static_cast<size_t>(T * H) * sizeof(float));
     return core::Status::ok();
 }
 
@@ -361,8 +361,8 @@ uint64_t cudaFfnDeviceBytes(const model::ModelConfig& config, const model::Weigh
     const int64_t K = config.num_experts_per_tok;
     const RankDeviceShape r = rankDeviceShape(config, selection);
     const int64_t rows = bucketFor(max_rows);
-    uint64_t calls = static_cast<uint64_t>(2 * rows * H) * sizeof(uint16_t) +               // x, out
-                     static_cast<uint64_t>(rows * K) * (sizeof(int32_t) + sizeof(float)) +  // ids, weights
+    uint64_t calls = static_cast<uint64_t>(rows * H) * (sizeof(uint16_t) + sizeof(float)) +  // x, out
+                     static_cast<uint64_t>(rows * K) * (sizeof(int32_t) + sizeof(float)) +   // ids, weights
                      kernels::moeCudaWorkspaceBytes(rows, K, r.max_experts, H, r.max_inter);
     if (r.routes) calls += kernels::routerCudaWorkspaceBytes(rows, H, config.num_experts);
     return r.weights + r.staging + calls;

@@ -112,7 +112,7 @@ void moeForwardCpu(const MoeParams& p) {
                     const float* y = expert_out.data() + (t * K + j) * H;
                     for (int64_t o = 0; o < H; ++o) acc[static_cast<size_t>(o)] += weight * y[o];
                 }
-                if (p.act_dtype == ActDType::kF32) {
+                if (p.act_dtype == ActDType::kF32 || p.out_f32) {
                     float* out = static_cast<float*>(p.out) + (w0 + t) * H;
                     std::copy(acc.begin(), acc.end(), out);
                 } else {

@@ -1,5 +1,6 @@
 // Combine stage of the MoE layer: out[t] = sum over t's served entries of topk_weight * y[slot], summed in fp32
-// in entry order (deterministic), rounded to bf16 once. One CTA per token, 16 bytes (8 values) per thread.
+// in entry order (deterministic), rounded to bf16 once or stored as fp32 (Out = float). One CTA per token, 16 bytes (8
+// values) per thread.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -44,7 +45,11 @@ __device__ __forceinline__ void loadRows(const int (&slot)[kBatch], const uint16
     }
 }
 
-// out[0 .. 8) = the fp32 sums, rounded to bf16 once.
+// out[0 .. 8) = the fp32 sums, rounded to bf16 once (Out = uint16_t) or as they are (Out = float).
+__device__ __forceinline__ void storeSum(const float (&acc)[8], float* out) {
+    reinterpret_cast<float4*>(out)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    reinterpret_cast<float4*>(out)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+}
 __device__ __forceinline__ void storeSum(const float (&acc)[8], uint16_t* out) {
     uint4 result;
     result.x = packBf16(acc[0], acc[1]);
@@ -57,9 +62,9 @@ __device__ __forceinline__ void storeSum(const float (&acc)[8], uint16_t* out) {
 // out[t, col .. col + 8) = sum over t's served entries of topk_weight * y[slot, col .. col + 8), in fp32 in entry
 // order, rounded to bf16 once. kBatch entries' rows are loaded before any is summed (the sum stays in entry order),
 // so each thread has that many 16-byte reads of y in flight rather than one. kFromL2: as loadRows.
-template <bool kFromL2>
+template <bool kFromL2, typename Out>
 __device__ __forceinline__ void combineColumns(const int32_t* slots, const float* weights, int top_k, const uint16_t* y,
-                                               uint16_t* out_row, int hidden, int col) {
+                                               Out* out_row, int hidden, int col) {
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     for (int j0 = 0; j0 < top_k; j0 += kBatch) {
         int slot[kBatch];
@@ -79,15 +84,16 @@ __device__ __forceinline__ void combineColumns(const int32_t* slots, const float
     storeSum(acc, out_row + col);
 }
 
+template <typename Out>
 __global__ void __launch_bounds__(kThreads) combineKernel(const int32_t* entry_slot, const float* topk_weights,
-                                                          const uint16_t* y, uint16_t* out, int top_k, int hidden) {
+                                                          const uint16_t* y, Out* out, int top_k, int hidden) {
     const int t = blockIdx.x;
     sm90::gridDependencyWait();
     sm90::launchDependents();
     const int32_t* slots = entry_slot + static_cast<int64_t>(t) * top_k;
     const float* weights = topk_weights + static_cast<int64_t>(t) * top_k;
     for (int h = threadIdx.x * 8; h < hidden; h += kThreads * 8) {
-        combineColumns<false>(slots, weights, top_k, y, out + static_cast<int64_t>(t) * hidden, hidden, h);
+        combineColumns<false, Out>(slots, weights, top_k, y, out + static_cast<int64_t>(t) * hidden, hidden, h);
     }
 }
 
@@ -99,8 +105,9 @@ __global__ void __launch_bounds__(kThreads) combineKernel(const int32_t* entry_s
 // tokens' slots and weights do not depend on the down kernel: they are read before the wait, so that the last part,
 // summed after the down kernel's last item, costs one round trip of y's rows (up to kBatch entries; more are read
 // after it).
+template <typename Out>
 __global__ void __launch_bounds__(kThreads)
-    combineByPartKernel(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, uint16_t* out,
+    combineByPartKernel(const int32_t* entry_slot, const float* topk_weights, const uint16_t* y, Out* out,
                         int num_tokens, int top_k, int hidden, int part_cols, int chunks, const int32_t* part_done,
                         const int32_t* total_items) {
     const int part = static_cast<int>(blockIdx.x) / chunks;
@@ -137,8 +144,8 @@ __global__ void __launch_bounds__(kThreads)
         }
         storeSum(acc, out + static_cast<int64_t>(t) * hidden + col);
     } else if (active) {
-        combineColumns<true>(entry_slot + entry, topk_weights + entry, top_k, y, out + static_cast<int64_t>(t) * hidden,
-                             hidden, col);
+        combineColumns<true, Out>(entry_slot + entry, topk_weights + entry, top_k, y,
+                                  out + static_cast<int64_t>(t) * hidden, hidden, col);
     }
     if (threadIdx.x == 0) {
         sm90::gridDependencyWait();  // this grid completes after the down grid, as in a plain stream
@@ -146,9 +153,8 @@ __global__ void __launch_bounds__(kThreads)
     sm90::launchDependents();  // after the sums: the next kernel may zero part_done
 }
 
-}  // namespace
-
-cudaError_t launchMoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
+template <typename Out>
+cudaError_t launchCombine(const MoeCombineParams& p, Out* out, cudaStream_t stream) {
     if (p.num_tokens < 1 || p.hidden % 8 != 0 || p.parts < 0) {
         return cudaErrorInvalidValue;
     }
@@ -156,7 +162,8 @@ cudaError_t launchMoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
     if (p.parts == 0) {
         const cudaLaunchConfig_t config =
             pdlLaunchConfig(static_cast<unsigned>(p.num_tokens), kThreads, stream, true, attr);
-        return cudaLaunchKernelEx(&config, combineKernel, p.entry_slot, p.topk_weights, p.y, p.out, p.top_k, p.hidden);
+        return cudaLaunchKernelEx(&config, combineKernel<Out>, p.entry_slot, p.topk_weights, p.y, out, p.top_k,
+                                  p.hidden);
     }
     if (p.hidden % p.parts != 0 || p.part_done == nullptr || p.total_items == nullptr) {
         return cudaErrorInvalidValue;
@@ -169,8 +176,15 @@ cudaError_t launchMoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
     const int chunks = (p.num_tokens + tokens_per_cta - 1) / tokens_per_cta;
     const cudaLaunchConfig_t config =
         pdlLaunchConfig(static_cast<unsigned>(p.parts * chunks), kThreads, stream, true, attr);
-    return cudaLaunchKernelEx(&config, combineByPartKernel, p.entry_slot, p.topk_weights, p.y, p.out, p.num_tokens,
+    return cudaLaunchKernelEx(&config, combineByPartKernel<Out>, p.entry_slot, p.topk_weights, p.y, out, p.num_tokens,
                               p.top_k, p.hidden, part_cols, chunks, p.part_done, p.total_items);
+}
+
+}  // namespace
+
+cudaError_t launchMoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
+    return p.out_f32 ? launchCombine(p, static_cast<float*>(p.out), stream)
+                     : launchCombine(p, static_cast<uint16_t*>(p.out), stream);
 }
 
 }  // namespace afd::kernels::cuda

@@ -250,6 +250,7 @@ void moeDownCuda(const MoeParams& params, const MoeCudaPlan& plan, void* workspa
     args.prefetch_before_wait = plan.down_prefetch ? 1 : 0;
     args.part_done = plan.combine_parts > 0 ? s.ws.part_done : nullptr;
     if (plan.fused_combine) {
+        AFD_CHECK(!params.out_f32, "moeDownCuda: the fused combine stores bf16; a plan for FP32 sums has none");
         args.combine.entry_slot = s.ws.view.entry_slot;
         args.combine.topk_weights = params.topk_weights;
         args.combine.out = static_cast<uint16_t*>(params.out);
@@ -275,7 +276,8 @@ void moeCombineCuda(const MoeParams& params, const MoeCudaPlan& plan, void* work
     c.entry_slot = s.ws.view.entry_slot;
     c.topk_weights = params.topk_weights;
     c.y = reinterpret_cast<const uint16_t*>(s.ws.view.y);
-    c.out = static_cast<uint16_t*>(params.out);
+    c.out = params.out;
+    c.out_f32 = params.out_f32;
     c.num_tokens = static_cast<int>(params.num_tokens);
     c.top_k = static_cast<int>(params.top_k);
     c.hidden = static_cast<int>(params.hidden);

@@ -59,15 +59,17 @@ struct MoeGatherParams {
 cudaError_t launchMoeGather(const MoeGatherParams& params, cudaStream_t stream);
 
 // out[t] = sum_j topk_weights[t, j] * y[entry_slot[t, j]] over served entries, summed in fp32 in entry order, rounded
-// to bf16 once; zero for a token with no served entry. parts > 0 (MoeCudaPlan::combine_parts): block by block of
-// hidden rows, part p (columns [p H / parts, (p + 1) H / parts)) summed once part_done[p] >= *total_items (the down
-// kernel counts each finished item of its weight tile p there; total_items is the permute's token-tile total), on the
-// SMs the down CTAs leave while its last items run; (H / parts) / 8 must divide 256. parts 0: after the down grid.
+// to bf16 once (or stored as fp32 with out_f32); zero for a token with no served entry. parts > 0
+// (MoeCudaPlan::combine_parts): block by block of hidden rows, part p (columns [p H / parts, (p + 1) H / parts)) summed
+// once part_done[p] >= *total_items (the down kernel counts each finished item of its weight tile p there; total_items
+// is the permute's token-tile total), on the SMs the down CTAs leave while its last items run; (H / parts) / 8 must
+// divide 256. parts 0: after the down grid.
 struct MoeCombineParams {
     const int32_t* entry_slot = nullptr;  // [num_tokens * top_k], -1 when not served
     const float* topk_weights = nullptr;  // [num_tokens * top_k]
     const uint16_t* y = nullptr;          // [slots, hidden] bf16
-    uint16_t* out = nullptr;              // [num_tokens, hidden] bf16
+    void* out = nullptr;                  // [num_tokens, hidden] bf16, or fp32 with out_f32
+    bool out_f32 = false;
     int num_tokens = 0;
     int top_k = 0;
     int hidden = 0;  // % 8 == 0

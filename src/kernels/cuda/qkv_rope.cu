@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/bf16.h"
 #include "kernels/cuda/block_reduce.cuh"
@@ -17,7 +18,7 @@ namespace {
 constexpr int kMaxThreads = 512;
 
 struct QkvArgs {
-    const uint16_t* qkv;
+    const void* qkv;  // bf16 or fp32 (the kernel's kF32In)
     const uint16_t* bias;
     const uint16_t* q_norm;
     const uint16_t* k_norm;
@@ -72,6 +73,17 @@ __device__ __forceinline__ void loadF8(const float* src, float (&v)[8]) {
     v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
 }
 
+// 8 consecutive values of a qkv row, from bf16 or fp32.
+template <bool kF32In>
+__device__ __forceinline__ void loadIn8(const void* row, int64_t offset, float (&v)[8]) {
+    if constexpr (kF32In) {
+        loadF8(static_cast<const float*>(row) + offset, v);
+    } else {
+        load8(static_cast<const uint16_t*>(row) + offset, v);
+    }
+}
+
+template <bool kF32In>
 __global__ void __launch_bounds__(kMaxThreads) qkvRopeKernel(QkvArgs a) {
     const int64_t t = blockIdx.x;
     const int hd = a.head_dim;
@@ -79,7 +91,8 @@ __global__ void __launch_bounds__(kMaxThreads) qkvRopeKernel(QkvArgs a) {
     const int per_head = hd / 16;  // threads per q/k head: a power of two dividing 32
     const int qk_items = (a.num_heads + a.num_kv_heads) * per_head;
     const int64_t row_elems = static_cast<int64_t>(a.num_heads + 2 * a.num_kv_heads) * hd;
-    const uint16_t* src_row = a.qkv + t * row_elems;
+    using In = std::conditional_t<kF32In, float, uint16_t>;
+    const In* src_row = static_cast<const In*>(a.qkv) + t * row_elems;
     const int32_t pos = a.positions[t];
     const bool pos_valid = pos >= 0 && pos < a.max_position;
     const int64_t slot = a.slot_mapping[t];
@@ -96,8 +109,8 @@ __global__ void __launch_bounds__(kMaxThreads) qkvRopeKernel(QkvArgs a) {
         float lo[8] = {};
         float hi[8] = {};
         if (active) {
-            load8(src_row + head * hd + i, lo);
-            load8(src_row + head * hd + half + i, hi);
+            loadIn8<kF32In>(src_row, head * hd + i, lo);
+            loadIn8<kF32In>(src_row, head * hd + half + i, hi);
             if (a.bias != nullptr) {
                 add8(a.bias + head * hd + i, lo);
                 add8(a.bias + head * hd + half + i, hi);
@@ -165,7 +178,7 @@ __global__ void __launch_bounds__(kMaxThreads) qkvRopeKernel(QkvArgs a) {
     uint16_t* v_dst = a.v_cache + slot * a.num_kv_heads * hd;
     for (int item = threadIdx.x; item < v_items; item += blockDim.x) {
         float v[8];
-        load8(src_row + v_begin + item * 8, v);
+        loadIn8<kF32In>(src_row, v_begin + item * 8, v);
         if (a.bias != nullptr) {
             add8(a.bias + v_begin + item * 8, v);
         }
@@ -177,7 +190,7 @@ __global__ void __launch_bounds__(kMaxThreads) qkvRopeKernel(QkvArgs a) {
 
 cudaError_t enqueueQkvRope(const QkvRopeParams& p, cudaStream_t stream) {
     QkvArgs a;
-    a.qkv = reinterpret_cast<const uint16_t*>(p.qkv);
+    a.qkv = p.qkv;
     a.bias = reinterpret_cast<const uint16_t*>(p.qkv_bias);
     a.q_norm = reinterpret_cast<const uint16_t*>(p.q_norm);
     a.k_norm = reinterpret_cast<const uint16_t*>(p.k_norm);
@@ -196,7 +209,11 @@ cudaError_t enqueueQkvRope(const QkvRopeParams& p, cudaStream_t stream) {
     a.eps = p.eps;
     const int qk_items = (a.num_heads + a.num_kv_heads) * (a.head_dim / 16);
     const int threads = std::min(kMaxThreads, (qk_items + 31) / 32 * 32);
-    qkvRopeKernel<<<static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(threads), 0, stream>>>(a);
+    if (p.qkv_dtype == ActDType::kF32) {
+        qkvRopeKernel<true><<<static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(threads), 0, stream>>>(a);
+    } else {
+        qkvRopeKernel<false><<<static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(threads), 0, stream>>>(a);
+    }
     return cudaGetLastError();
 }
 
