@@ -139,8 +139,14 @@ def main():
         model.save_pretrained(model_dir)
         check_saved(model_dir, {**BASE, **overrides})
         want_ids, want_logits, margin = reference(model_dir)
-        dense = run([args.afd, "generate", "--model", model_dir, "--prompt-ids", prompt, "--max-tokens",
-                     str(NEW_TOKENS), "--json"] + device)
+        try:
+            dense = run([args.afd, "generate", "--model", model_dir, "--prompt-ids", prompt, "--max-tokens",
+                         str(NEW_TOKENS), "--json"] + device)
+        except RuntimeError as e:
+            print(f"{name}: the dense engine refused or failed: {e}", flush=True)
+            failed = True
+            rows.append((name, margin, float("nan"), {"dense": False}, False))
+            continue
         err = rel_l2(dense["prompt_last_logits"], want_logits)
         results = {"dense": dense["new_ids"] == want_ids}
         for label, afd in (("m2n_1A2F", {"num_attention_ranks": 1, "num_ffn_ranks": 2}),
@@ -148,10 +154,18 @@ def main():
                                          "compute_gate_on_attention": False})):
             if label.startswith("m2n") and overrides.get("num_experts", BASE["num_experts"]) < 2:
                 continue
-            out = run([args.afd, "launch", "--model", model_dir, "--prompt-ids", prompt, "--prompt-ids", "1,2,3",
-                       "--max-tokens", str(NEW_TOKENS), "--json", "--additional-config", json.dumps({"afd": afd})]
-                      + device)
-            results[label] = out["results"][0]["new_ids"] == want_ids and out["afd"]["matches_dense_reference"]
+            # On one GPU every rank shares it.
+            ids = [] if args.device == "cpu" else [
+                "--attention-device-ids", ",".join(["0"] * afd["num_attention_ranks"]),
+                "--ffn-device-ids", ",".join(["0"] * afd["num_ffn_ranks"])]
+            try:
+                out = run([args.afd, "launch", "--model", model_dir, "--prompt-ids", prompt, "--prompt-ids", "1,2,3",
+                           "--max-tokens", str(NEW_TOKENS), "--json", "--additional-config",
+                           json.dumps({"afd": afd})] + device + ids)
+                results[label] = out["results"][0]["new_ids"] == want_ids and out["afd"]["matches_dense_reference"]
+            except RuntimeError as e:
+                print(f"{name} {label}: {e}", flush=True)
+                results[label] = False
         ok = all(results.values()) and err < tolerance
         failed |= not ok
         rows.append((name, margin, err, results, ok))

@@ -36,6 +36,11 @@ const core::Bf16* bf16(const Tensor& t) { return t.data<core::Bf16>(); }
 
 }  // namespace
 
+void CpuOps::roundActivations(float* data, int64_t count) const {
+    if (precision_ != CpuPrecision::kBf16Activations) return;
+    for (int64_t i = 0; i < count; ++i) data[i] = core::roundToBf16(data[i]);
+}
+
 void CpuOps::reserve(const model::ModelConfig& config, const StepLimits& limits) {
     k_rows_.reserve(static_cast<size_t>(limits.max_tokens * config.kvSize()));
     token_seq_.reserve(static_cast<size_t>(limits.max_tokens));
@@ -110,6 +115,7 @@ void CpuOps::addRmsNorm(const Tensor& residual, const Tensor* delta, const Tenso
         }
     }
     kernels::rmsNormCpu({n, H, eps, h, bf16(weight), out.data<float>()});
+    roundActivations(out.data<float>(), n * H);
 }
 
 void CpuOps::rmsNormRows(const Tensor& residual, const Tensor& rows, const Tensor& weight, float eps,
@@ -132,6 +138,7 @@ void CpuOps::rmsNormRows(const Tensor& residual, const Tensor& rows, const Tenso
         std::memcpy(o + r * H, h + t * H, sizeof(float) * H);
     }
     kernels::rmsNormCpu({R, H, eps, o, bf16(weight), o});
+    roundActivations(o, R * H);
 }
 
 void CpuOps::linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
@@ -228,6 +235,8 @@ void CpuOps::qkvRopeKvWrite(const Tensor& qkv, const Tensor* qkv_bias, const Ten
         kernels::applyRopeCpu({1, nkv, hd, cos + pos[t] * half, sin + pos[t] * half, k + t * kv_row});
     }
 
+    roundActivations(q, n * q_row);
+    roundActivations(k, n * kv_row);
     float* k_dst = k_cache.data<float>();
     float* v_dst = v_cache.data<float>();
     for (int64_t t = 0; t < n; ++t) {
@@ -235,6 +244,7 @@ void CpuOps::qkvRopeKvWrite(const Tensor& qkv, const Tensor* qkv_bias, const Ten
         const int64_t off = static_cast<int64_t>(slots[t]) * kv_row;
         std::memcpy(k_dst + off, k + t * kv_row, sizeof(float) * kv_row);
         std::memcpy(v_dst + off, src + t * width + q_row + kv_row, sizeof(float) * kv_row);
+        roundActivations(v_dst + off, kv_row);
     }
 }
 
@@ -301,6 +311,7 @@ void CpuOps::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_c
         p.q = q.data<float>() + first * row;
         p.out = out.data<float>() + first * row;
         kernels::pagedAttentionCpu(p);
+        roundActivations(p.out, p.num_tokens * row);
         i = j;
     }
 }

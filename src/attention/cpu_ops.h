@@ -2,6 +2,11 @@
 // Every call runs to completion before it returns (the "stream" is the calling thread); synchronize() does nothing.
 // Results equal the unfused reference kernels bit for bit (each op applies them in the same order on the same values).
 // Parallel loops use the process thread pool.
+//
+// CpuPrecision::kBf16Activations makes the same engine a reference at the GPU engine's precision: values stay FP32 in
+// memory, but each op rounds to bf16 what the CUDA ops store in bf16 (the normed activations, q, the KV cache, the
+// attention output; the experts' h and y through the CPU MLP backend), so that the two engines differ by FP32
+// rounding alone (summation order, exp) instead of by bf16 rounding.
 #pragma once
 
 #include <vector>
@@ -10,8 +15,16 @@
 
 namespace afd::attention {
 
+enum class CpuPrecision {
+    kFp32,             // the reference: FP32 activations throughout
+    kBf16Activations,  // rounded to bf16 where the GPU engine stores bf16
+};
+
 class CpuOps final : public DeviceOps {
 public:
+    explicit CpuOps(CpuPrecision precision = CpuPrecision::kFp32) : precision_(precision) {}
+    CpuPrecision precision() const { return precision_; }
+
     core::Device device() const override { return core::Device::cpu(); }
     core::DType activationDType() const override { return core::DType::kF32; }
     void* stream() const override { return nullptr; }
@@ -38,6 +51,10 @@ public:
                 std::span<int32_t> tokens) override;
 
 private:
+    // Rounds `count` values at `data` to bf16 (kBf16Activations; nothing under kFp32).
+    void roundActivations(float* data, int64_t count) const;
+
+    CpuPrecision precision_;
     // Scratch reused across calls (sized by reserve; grown if a call needs more): normed-and-rotated k rows; the
     // per-row sequence and position arrays kernels::pagedAttentionCpu reads.
     std::vector<float> k_rows_;

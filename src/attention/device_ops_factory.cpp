@@ -7,8 +7,8 @@
 
 namespace afd::attention {
 
-core::Result<std::unique_ptr<DeviceOps>> createDeviceOps(core::Device device) {
-    if (device.isCpu()) return std::unique_ptr<DeviceOps>(std::make_unique<CpuOps>());
+core::Result<std::unique_ptr<DeviceOps>> createDeviceOps(core::Device device, CpuPrecision cpu_precision) {
+    if (device.isCpu()) return std::unique_ptr<DeviceOps>(std::make_unique<CpuOps>(cpu_precision));
 #if defined(AFD_HAVE_CUDA_ATTENTION)
     return createCudaOps(device.index);
 #else

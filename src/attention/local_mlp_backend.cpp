@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "attention/cpu_ops.h"
 #include "core/check.h"
 #include "kernels/mlp_block.h"
 #if defined(AFD_HAVE_CUDA_ATTENTION)
@@ -10,8 +11,12 @@
 
 namespace afd::attention {
 
-LocalMlpBackend::LocalMlpBackend(const model::ModelConfig& config, const model::ModelWeights& weights)
-    : config_(config), weights_(weights), timings_(static_cast<size_t>(config.num_hidden_layers)) {}
+LocalMlpBackend::LocalMlpBackend(const model::ModelConfig& config, const model::ModelWeights& weights,
+                                 bool bf16_intermediates)
+    : config_(config),
+      weights_(weights),
+      bf16_intermediates_(bf16_intermediates),
+      timings_(static_cast<size_t>(config.num_hidden_layers)) {}
 
 core::Status LocalMlpBackend::beginStep(const StepPlan&) { return core::Status::ok(); }
 
@@ -25,7 +30,7 @@ core::Status LocalMlpBackend::submit(int64_t layer, int, const core::Tensor& x, 
               core::shapeToString(out.shape()), config_.hidden_size);
     const auto start = std::chrono::steady_clock::now();
     kernels::mlpBlockCpu(config_, weights_.mlp[static_cast<size_t>(layer)], x.data<float>(), x.size(0),
-                         out.data<float>());
+                         out.data<float>(), bf16_intermediates_);
     timings_[static_cast<size_t>(layer)].compute_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return core::Status::ok();
@@ -37,7 +42,12 @@ core::Status LocalMlpBackend::endStep() { return core::Status::ok(); }
 core::Result<std::unique_ptr<MlpBackend>> createLocalMlpBackend(const model::ModelConfig& config,
                                                                 const model::ModelWeights& weights,
                                                                 const DeviceOps& ops) {
-    if (ops.device().isCpu()) return std::unique_ptr<MlpBackend>(std::make_unique<LocalMlpBackend>(config, weights));
+    if (ops.device().isCpu()) {
+        // A CpuOps at the GPU engine's precision rounds the experts' intermediates as the GPU kernels store them.
+        const auto* cpu = dynamic_cast<const CpuOps*>(&ops);
+        const bool bf16 = cpu != nullptr && cpu->precision() == CpuPrecision::kBf16Activations;
+        return std::unique_ptr<MlpBackend>(std::make_unique<LocalMlpBackend>(config, weights, bf16));
+    }
 #if defined(AFD_HAVE_CUDA_ATTENTION)
     return createCudaMlpBackend(config, weights, ops);
 #else

@@ -16,7 +16,10 @@ namespace afd::attention {
 
 class LocalMlpBackend : public MlpBackend {
 public:
-    LocalMlpBackend(const model::ModelConfig& config, const model::ModelWeights& weights);
+    // bf16_intermediates: the experts' h and y rounded to bf16 (the reference at the GPU engine's precision, with
+    // CpuPrecision::kBf16Activations).
+    LocalMlpBackend(const model::ModelConfig& config, const model::ModelWeights& weights,
+                    bool bf16_intermediates = false);
 
     core::Status beginStep(const StepPlan& plan) override;
     core::Status submit(int64_t layer, int stage, const core::Tensor& x, const core::Tensor& out) override;
@@ -28,6 +31,7 @@ public:
 private:
     const model::ModelConfig& config_;
     const model::ModelWeights& weights_;
+    bool bf16_intermediates_;
     std::vector<LayerTiming> timings_;
 };
 

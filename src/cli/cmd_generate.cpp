@@ -49,6 +49,7 @@ core::Result<std::vector<int32_t>> parseIds(const std::string& text) {
 struct GenerateOptions {
     ModelFlags model;
     DeviceChoice device;
+    std::string dtype = "auto";
     double gpu_memory_utilization = 0.9;
     bool kv_cache_mb_given = false;
     std::optional<int64_t> max_num_batched_tokens;
@@ -232,6 +233,13 @@ int runGenerate(const GenerateOptions& options) {
 
     DenseEngineOptions dense;
     dense.device = *device;
+    if (options.dtype == "float32" && !device->isCpu()) {
+        AFD_LOG_ERROR("--dtype float32: {} computes in bfloat16 (float32 activations run on the CPU)",
+                      device->toString());
+        return core::kExitBadConfig;
+    }
+    dense.cpu_precision =
+        options.dtype == "bfloat16" ? attention::CpuPrecision::kBf16Activations : attention::CpuPrecision::kFp32;
     dense.engine = engine_options;
     dense.gpu.gpu_memory_utilization = options.gpu_memory_utilization;
     dense.gpu.kv_given = options.kvGiven();
@@ -255,6 +263,12 @@ void addGenerateCommand(CLI::App& app, int& exit_code) {
         ->check(CLI::IsMember({"cpu", "cuda"}));
     cmd->add_option("--device-ids", options->device.device_ids,
                     "GPUs indexed by the attention rank, as afd ffn's (default: the rank's own index; 0 without AFD)");
+    cmd->add_option("--dtype", options->dtype,
+                    "activation precision of the dense engine: auto (float32 on the CPU, bfloat16 on a GPU), float32, "
+                    "or bfloat16 (on the CPU: rounded to bf16 where the GPU engine stores bf16, a reference at its "
+                    "precision)")
+        ->default_val("auto")
+        ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
     cmd->add_flag("--enforce-eager", options->engine.enforce_eager, "no CUDA graphs: every decode step runs eagerly");
     cmd->add_option("--cuda-graph-max-batch-size", options->engine.cuda_graph_max_batch_size,
                     "decode steps of more sequences run eagerly (0: up to --max-num-seqs)")

@@ -156,7 +156,7 @@ core::Result<std::unique_ptr<DenseEngine>> DenseEngine::create(ModelSource sourc
     AFD_RETURN_IF_ERROR(engine_options.validate());
     const bool gpu = !options.device.isCpu();
     AFD_RETURN_IF_ERROR(checkWeightsDevice(e->source_, options.device));
-    AFD_ASSIGN_OR_RETURN(e->ops_, attention::createDeviceOps(options.device));
+    AFD_ASSIGN_OR_RETURN(e->ops_, attention::createDeviceOps(options.device, options.cpu_precision));
     const uint64_t beside = gpu ? engineWorkspaceBytes(config, engine_options) +
                                       minimumKvBytes(config, engine_options, options.gpu.kv_given)
                                 : 0;

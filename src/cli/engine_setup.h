@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 
+#include "attention/cpu_ops.h"
 #include "attention/device_ops.h"
 #include "attention/engine.h"
 #include "attention/mlp_backend.h"
@@ -66,6 +67,8 @@ using BackendWrapper = std::function<core::Result<std::unique_ptr<attention::Mlp
 
 struct DenseEngineOptions {
     core::Device device = core::Device::cpu();
+    // The host engine's precision (--dtype): FP32, or rounded to bf16 where the GPU engine stores bf16.
+    attention::CpuPrecision cpu_precision = attention::CpuPrecision::kFp32;
     attention::EngineOptions engine;  // kv_cache_bytes is replaced on a GPU unless gpu.kv_given
     GpuKvSizing gpu;
     BackendWrapper wrap_backend;  // optional

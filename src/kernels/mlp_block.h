@@ -12,7 +12,8 @@
 namespace afd::kernels {
 
 // x [T, H] FP32 → out [T, H] FP32. A MoE layer needs its router and all experts loaded (AFD_CHECK).
+// bf16_intermediates: the experts' h and y rounded to bf16 as the CUDA kernels store them (MoeParams).
 void mlpBlockCpu(const model::ModelConfig& config, const model::MlpLayerWeights& weights, const float* x,
-                 int64_t num_tokens, float* out);
+                 int64_t num_tokens, float* out, bool bf16_intermediates = false);
 
 }  // namespace afd::kernels

@@ -43,6 +43,9 @@ struct MoeParams {
     // several FFN ranks add up as the whole sum of one rank does (up to FP32 rounding), and the residual add reads
     // them as they were summed.
     bool out_f32 = false;
+    // CPU reference only: each expert's h (the SwiGLU product) and y (its down projection) rounded to bf16 where the
+    // CUDA kernels store them, so that the reference computes at the GPU layer's precision.
+    bool bf16_intermediates = false;
 };
 
 // CPU reference: FP32 arithmetic from bf16 weights; with act_dtype kBf16 the inputs are read as bf16 and

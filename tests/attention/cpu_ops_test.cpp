@@ -222,6 +222,32 @@ TEST(CpuOps, AddRmsNormAddsDeltaAndBiasThenNorms) {
     EXPECT_THROW(ops.addRmsNorm(residual, nullptr, &bias, weight, eps, out), core::Error);
 }
 
+// CpuPrecision::kBf16Activations: the FP32 reference's values, each rounded to bf16 where the GPU engine stores bf16
+// (the normed activations here), and the residual left in FP32.
+TEST(CpuOps, Bf16ActivationsRoundTheNormedRowsOnly) {
+    std::mt19937 rng(5);
+    constexpr int64_t n = 4, H = 32;
+    CpuOps fp32;
+    CpuOps bf16(CpuPrecision::kBf16Activations);
+    EXPECT_EQ(bf16.precision(), CpuPrecision::kBf16Activations);
+    const Tensor residual = randomF32(rng, {n, H});
+    const Tensor delta = randomF32(rng, {n, H});
+    const Tensor weight = randomBf16(rng, {H}, 1.0f, 0.1f);
+    const Tensor residual_fp32 = copyOf(residual);
+    const Tensor out_fp32 = poisoned({n, H});
+    const Tensor out_bf16 = poisoned({n, H});
+    fp32.addRmsNorm(residual_fp32, &delta, nullptr, weight, 1e-6f, out_fp32);
+    bf16.addRmsNorm(residual, &delta, nullptr, weight, 1e-6f, out_bf16);
+    EXPECT_TRUE(sameBits(residual, residual_fp32));
+    int64_t changed = 0;
+    for (int64_t i = 0; i < n * H; ++i) {
+        const float want = core::roundToBf16(out_fp32.data<float>()[i]);
+        ASSERT_EQ(out_bf16.data<float>()[i], want) << i;
+        changed += want != out_fp32.data<float>()[i];
+    }
+    EXPECT_GT(changed, n * H / 2);  // the rounding happened
+}
+
 TEST(CpuOps, RmsNormRowsNormsTheChosenRows) {
     std::mt19937 rng(4);
     constexpr int64_t T = 6, H = 16;

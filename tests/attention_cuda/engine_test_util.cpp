@@ -90,8 +90,9 @@ RunOutput runOnGpu(const model::ModelConfig& config, const model::ModelWeights& 
 }
 
 RunOutput runOnCpu(const model::ModelConfig& config, const model::ModelWeights& host_weights,
-                   const std::vector<Request>& requests, const EngineOptions& options, bool one_at_a_time) {
-    CpuOps ops;
+                   const std::vector<Request>& requests, const EngineOptions& options, bool one_at_a_time,
+                   CpuPrecision precision) {
+    CpuOps ops(precision);
     auto backend = createLocalMlpBackend(config, host_weights, ops);
     AFD_CHECK_OK(backend.status());
     auto engine = Engine::create(config, host_weights, ops, **backend, options);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/cpu_ops.h"
 #include "attention/engine.h"
 #include "attention/sampling_params.h"
 #include "model/checkpoint.h"
@@ -58,8 +59,10 @@ RunOutput runRequests(Engine& engine, const std::vector<Request>& requests, bool
 // A fresh engine for each call: the dense GPU engine on cuda:0 over device weights, or the CPU reference.
 RunOutput runOnGpu(const model::ModelConfig& config, const model::ModelWeights& device_weights,
                    const std::vector<Request>& requests, const EngineOptions& options, bool one_at_a_time = false);
+// `precision` kBf16Activations: the CPU reference at the GPU engine's precision (cpu_ops.h).
 RunOutput runOnCpu(const model::ModelConfig& config, const model::ModelWeights& host_weights,
-                   const std::vector<Request>& requests, const EngineOptions& options, bool one_at_a_time = false);
+                   const std::vector<Request>& requests, const EngineOptions& options, bool one_at_a_time = false,
+                   CpuPrecision precision = CpuPrecision::kFp32);
 
 // Relative L2 error ||got - want|| / ||want||.
 double relativeL2(const std::vector<float>& got, const std::vector<double>& want);

@@ -105,6 +105,31 @@ TEST(MoeCpu, Bf16ActivationsRoundOnce) {
     EXPECT_LT(relL2(outf, ref), 8e-3);
 }
 
+// out_f32 leaves the sums unrounded; bf16_intermediates rounds each expert's h and y as the CUDA kernels store them:
+// close to the unrounded layer, and not equal to it.
+TEST(MoeCpu, Fp32SumsAndBf16Intermediates) {
+    std::mt19937 rng(8);
+    const int T = 5, H = 32, I = 16, E = 4, K = 2;
+    auto x = randomFloats(rng, T * H);
+    auto w13 = randomBf16(rng, E * 2 * I * H, 0.3f);
+    auto w2 = randomBf16(rng, E * H * I, 0.3f);
+    std::vector<int32_t> ids = {0, 1, 2, 3, 1, 2, 3, 0, 0, 2};
+    std::vector<float> wts(ids.size(), 0.5f);
+    std::vector<float> plain(T * H), rounded(T * H);
+    MoeParams p;
+    p.num_tokens = T, p.hidden = H, p.inter = I, p.num_experts = E, p.top_k = K;
+    p.x = x.data(), p.topk_ids = ids.data(), p.topk_weights = wts.data(), p.w13 = w13.data(), p.w2 = w2.data();
+    p.out = plain.data();
+    p.out_f32 = true;
+    moeForwardCpu(p);
+    EXPECT_LT(relL2(plain, referenceMoe(x, ids, wts, w13, w2, T, H, I, K)), 1e-5);
+    p.out = rounded.data();
+    p.bf16_intermediates = true;
+    moeForwardCpu(p);
+    EXPECT_LT(relL2(rounded, std::vector<double>(plain.begin(), plain.end())), 8e-3);
+    EXPECT_NE(rounded, plain);
+}
+
 TEST(MoeCpu, RejectsExpertIdOutOfRange) {
     std::vector<float> x(4), out(4);
     std::vector<core::Bf16> w13(2 * 2 * 4), w2(4 * 2);

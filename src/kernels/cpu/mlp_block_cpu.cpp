@@ -8,7 +8,7 @@
 namespace afd::kernels {
 
 void mlpBlockCpu(const model::ModelConfig& config, const model::MlpLayerWeights& w, const float* x, int64_t num_tokens,
-                 float* out) {
+                 float* out, bool bf16_intermediates) {
     const int64_t H = config.hidden_size;
     MoeParams moe;
     moe.num_tokens = num_tokens;
@@ -19,6 +19,7 @@ void mlpBlockCpu(const model::ModelConfig& config, const model::MlpLayerWeights&
     moe.w13 = w.w13.data<core::Bf16>();
     moe.w2 = w.w2.data<core::Bf16>();
     moe.out = out;
+    moe.bf16_intermediates = bf16_intermediates;
     std::vector<int32_t> ids;
     std::vector<float> weights;
     if (w.is_moe) {

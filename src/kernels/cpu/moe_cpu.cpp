@@ -88,9 +88,14 @@ void moeForwardCpu(const MoeParams& p) {
                         const float gate = dotF32Bf16(x.data(), w13 + i * H, H);
                         const float up = dotF32Bf16(x.data(), w13 + (I + i) * H, H);
                         h[static_cast<size_t>(i)] = silu(gate) * up;
+                        if (p.bf16_intermediates)
+                            h[static_cast<size_t>(i)] = core::roundToBf16(h[static_cast<size_t>(i)]);
                     }
                     float* y = expert_out.data() + entry * H;
                     for (int64_t o = 0; o < H; ++o) y[o] = dotF32Bf16(h.data(), w2 + o * I, I);
+                    if (p.bf16_intermediates) {
+                        for (int64_t o = 0; o < H; ++o) y[o] = core::roundToBf16(y[o]);
+                    }
                 }
             }
         });
