@@ -66,12 +66,19 @@ void checkAlongGreedyPaths(const std::string& name, const HostModel& host, const
     }
     const auto requests = greedyRequests(prefixes, 1);
     const RunOutput cpu = runOnCpu(host.config, host.weights, requests, options, false, precision);
+    // A prefix whose routing has a near-tie (engine_test_util.h) is reported but not held to the error bound.
+    const std::vector<float> gaps = referenceRouterGaps(host.config, host.weights, requests, options, precision);
     options.enforce_eager = true;
     const RunOutput gpu = runOnGpu(host.config, device, requests, options);
     double min_margin = INFINITY, max_rel = 0, max_error = 0;
     int flips = 0;
+    int near_ties = 0;
     for (size_t r = 0; r < prefixes.size(); ++r) {
         const StepGap g = compare(gpu.prompt_logits[r], cpu.prompt_logits[r]);
+        if (gaps[r] < kDecidableRouterGap) {
+            ++near_ties;
+            continue;
+        }
         min_margin = std::min(min_margin, g.margin);
         max_rel = std::max(max_rel, g.rel_l2);
         max_error = std::max(max_error, g.max_error);
@@ -86,8 +93,11 @@ void checkAlongGreedyPaths(const std::string& name, const HostModel& host, const
                         name.c_str(), r / steps, r % steps, g.margin, g.max_error);
         }
     }
-    std::printf("[ PRECISION ] %-24s steps %3zu  min margin %.4f  max logit error %.4f  max rel L2 %.2e  flips %d\n",
-                name.c_str(), prefixes.size(), min_margin, max_error, max_rel, flips);
+    std::printf(
+        "[ PRECISION ] %-24s steps %3zu (%d with a routing near-tie)  min margin %.4f  max logit error %.4f  max rel "
+        "L2 %.2e  flips %d\n",
+        name.c_str(), prefixes.size(), near_ties, min_margin, max_error, max_rel, flips);
+    EXPECT_LE(static_cast<size_t>(near_ties) * 2, prefixes.size()) << name << ": most steps have a routing near-tie";
 }
 
 std::vector<std::vector<int32_t>> randomPrompts(int64_t vocab, uint32_t seed) {

@@ -100,18 +100,31 @@ TEST_F(CudaEngineTest, SixtyFourBatchedSequencesGetTheIdsEachGetsAlone) {
 }
 
 TEST_F(CudaEngineTest, ChunkedPrefillGivesTheIdsOfOneShotPrefill) {
-    const auto requests = greedyRequests(randomPrompts(5, 20, 90, 384, 11), 10);
+    const auto requests = greedyRequests(randomPrompts(8, 20, 90, 384, 11), 10);
+    // Chunks and mixed steps take other kernels (and other roundings) than one-shot prefill and decode-only steps: a
+    // prompt whose routing has a near-tie (engine_test_util.h) cannot tell the two apart.
+    const std::vector<float> gaps = referenceRouterGaps(host_->config, host_->weights, requests, options());
     const RunOutput one_shot = gpu(requests, options());
     EngineOptions chunked = options();
     chunked.scheduler.max_num_batched_tokens = 16;  // prompts in pieces of up to 16 tokens, decodes mixed in
     const RunOutput pieces = gpu(requests, chunked);
-    for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(pieces.ids[i], one_shot.ids[i]) << "prompt " << i;
+    int decidable = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+        if (gaps[i] < kDecidableRouterGap) continue;
+        ++decidable;
+        EXPECT_EQ(pieces.ids[i], one_shot.ids[i]) << "prompt " << i << " (router gap " << gaps[i] << ")";
+    }
+    EXPECT_GE(decidable, 4) << "too few prompts without a routing near-tie";
     // Dual-batch overlap (two stages a step, always eager) changes nothing either.
     EngineOptions dbo = options();
     dbo.dual_batch_overlap = true;
     const RunOutput staged = gpu(requests, dbo);
     EXPECT_TRUE(staged.graph_sizes.empty());
-    for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(staged.ids[i], one_shot.ids[i]) << "prompt " << i;
+    for (size_t i = 0; i < requests.size(); ++i) {
+        if (gaps[i] >= kDecidableRouterGap) {
+            EXPECT_EQ(staged.ids[i], one_shot.ids[i]) << "prompt " << i;
+        }
+    }
 }
 
 TEST_F(CudaEngineTest, PreemptionUnderKvPressureKeepsTheTokens) {

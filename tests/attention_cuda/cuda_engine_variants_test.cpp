@@ -41,7 +41,7 @@ TEST_P(CudaEngineVariantTest, GpuEngineGivesTheCpuEnginesIds) {
     std::mt19937 rng(23);
     std::uniform_int_distribution<int> len(1, 40);
     std::uniform_int_distribution<int> token(0, static_cast<int>(host.config.vocab_size) - 1);
-    std::vector<std::vector<int32_t>> prompts(6);
+    std::vector<std::vector<int32_t>> prompts(10);
     for (auto& p : prompts) {
         p.resize(static_cast<size_t>(len(rng)));
         for (auto& t : p) t = token(rng);
@@ -57,10 +57,17 @@ TEST_P(CudaEngineVariantTest, GpuEngineGivesTheCpuEnginesIds) {
     EXPECT_GT(graphs.graph_replays, 0u);
     options.enforce_eager = true;
     const RunOutput eager = runOnGpu(host.config, device, requests, options);
+    // Prompts whose routing has a near-tie cannot tell the engines' precision apart (engine_test_util.h).
+    const std::vector<float> gaps =
+        referenceRouterGaps(host.config, host.weights, requests, options, CpuPrecision::kBf16Activations);
+    int decidable = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
+        if (gaps[i] < kDecidableRouterGap) continue;
+        ++decidable;
         EXPECT_EQ(graphs.ids[i], cpu.ids[i]) << GetParam() << " prompt " << i << " (graphs)";
         EXPECT_EQ(eager.ids[i], cpu.ids[i]) << GetParam() << " prompt " << i << " (eager)";
     }
+    EXPECT_GE(decidable, 3) << GetParam() << ": too few prompts without a routing near-tie";
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, CudaEngineVariantTest, ::testing::ValuesIn(variantNames()),

@@ -1,5 +1,6 @@
 #include "attention_cuda/engine_test_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "attention/local_mlp_backend.h"
 #include "core/check.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/linear.h"
 
 namespace afd::attention::test {
 
@@ -98,6 +100,64 @@ RunOutput runOnCpu(const model::ModelConfig& config, const model::ModelWeights& 
     auto engine = Engine::create(config, host_weights, ops, **backend, options);
     AFD_CHECK_OK(engine.status());
     return runRequests(**engine, requests, one_at_a_time);
+}
+
+namespace {
+
+// The CPU MLP backend, recording the smallest router gap (top_k-th minus next logit) of the MoE layers it runs.
+class RouterGapBackend : public MlpBackend {
+public:
+    RouterGapBackend(const model::ModelConfig& config, const model::ModelWeights& weights, bool bf16)
+        : config_(config), weights_(weights), inner_(config, weights, bf16) {}
+    float takeMinGap() { return std::exchange(min_gap_, INFINITY); }
+
+    core::Status beginStep(const StepPlan& plan) override { return inner_.beginStep(plan); }
+    core::Status submit(int64_t layer, int stage, const core::Tensor& x, const core::Tensor& out) override {
+        if (config_.isMoeLayer(layer)) {
+            const int64_t H = config_.hidden_size;
+            const int64_t E = config_.num_experts;
+            const int64_t K = config_.num_experts_per_tok;
+            const core::Bf16* gate = weights_.mlp[static_cast<size_t>(layer)].router.data<core::Bf16>();
+            std::vector<float> logits(static_cast<size_t>(E));
+            for (int64_t t = 0; t < x.size(0); ++t) {
+                for (int64_t e = 0; e < E; ++e) {
+                    logits[static_cast<size_t>(e)] = kernels::dotF32Bf16(x.data<float>() + t * H, gate + e * H, H);
+                }
+                std::sort(logits.rbegin(), logits.rend());
+                if (K < E)
+                    min_gap_ = std::min(min_gap_, logits[static_cast<size_t>(K - 1)] - logits[static_cast<size_t>(K)]);
+            }
+        }
+        return inner_.submit(layer, stage, x, out);
+    }
+    core::Status collect(int64_t layer, int stage) override { return inner_.collect(layer, stage); }
+    core::Status endStep() override { return inner_.endStep(); }
+    bool capturable() const override { return false; }
+
+private:
+    const model::ModelConfig& config_;
+    const model::ModelWeights& weights_;
+    LocalMlpBackend inner_;
+    float min_gap_ = INFINITY;
+};
+
+}  // namespace
+
+std::vector<float> referenceRouterGaps(const model::ModelConfig& config, const model::ModelWeights& host_weights,
+                                       const std::vector<Request>& requests, const EngineOptions& options,
+                                       CpuPrecision precision) {
+    CpuOps ops(precision);
+    RouterGapBackend backend(config, host_weights, precision == CpuPrecision::kBf16Activations);
+    auto engine = Engine::create(config, host_weights, ops, backend, options);
+    AFD_CHECK_OK(engine.status());
+    std::vector<float> gaps;
+    for (const Request& r : requests) {
+        AFD_CHECK_OK((*engine)->addRequest(r.prompt, r.params).status());
+        while ((*engine)->hasWork()) AFD_CHECK_OK((*engine)->step().status());
+        gaps.push_back(backend.takeMinGap());
+    }
+    AFD_CHECK_OK((*engine)->finish());
+    return gaps;
 }
 
 double relativeL2(const std::vector<float>& got, const std::vector<double>& want) {
