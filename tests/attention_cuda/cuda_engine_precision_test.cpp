@@ -97,7 +97,8 @@ void checkAlongGreedyPaths(const std::string& name, const HostModel& host, const
         "[ PRECISION ] %-24s steps %3zu (%d with a routing near-tie)  min margin %.4f  max logit error %.4f  max rel "
         "L2 %.2e  flips %d\n",
         name.c_str(), prefixes.size(), near_ties, min_margin, max_error, max_rel, flips);
-    EXPECT_LE(static_cast<size_t>(near_ties) * 2, prefixes.size()) << name << ": most steps have a routing near-tie";
+    EXPECT_LE(static_cast<size_t>(near_ties) * 4, prefixes.size() * 3)
+        << name << ": too few steps without a routing near-tie to measure";
 }
 
 std::vector<std::vector<int32_t>> randomPrompts(int64_t vocab, uint32_t seed) {
