@@ -101,11 +101,12 @@ void checkAlongGreedyPaths(const std::string& name, const HostModel& host, const
         << name << ": too few steps without a routing near-tie to measure";
 }
 
+// Short prompts: each token a MoE layer routes is a chance of a near-tie.
 std::vector<std::vector<int32_t>> randomPrompts(int64_t vocab, uint32_t seed) {
     std::mt19937 rng(seed);
-    std::uniform_int_distribution<int> len(1, 40);
+    std::uniform_int_distribution<int> len(1, 12);
     std::uniform_int_distribution<int> token(0, static_cast<int>(vocab) - 1);
-    std::vector<std::vector<int32_t>> prompts(6);
+    std::vector<std::vector<int32_t>> prompts(8);
     for (auto& p : prompts) {
         p.resize(static_cast<size_t>(len(rng)));
         for (auto& t : p) t = token(rng);
@@ -118,7 +119,7 @@ TEST(CudaEnginePrecisionTest, TheFixturesGreedyPathDiffersOnlyAtNearTies) {
     const HostModel host = loadHostModel(kTinyDir + "/model");
     const model::ModelWeights device = uploadToGpu(host);
     checkAlongGreedyPaths("qwen3-moe-tiny", host, device, {{3, 17, 99, 250, 7, 42, 311, 5}}, 12, CpuPrecision::kFp32);
-    checkAlongGreedyPaths("qwen3-moe-tiny random", host, device, randomPrompts(host.config.vocab_size, 5), 8,
+    checkAlongGreedyPaths("qwen3-moe-tiny random", host, device, randomPrompts(host.config.vocab_size, 5), 6,
                           CpuPrecision::kFp32);
 }
 
@@ -136,7 +137,7 @@ TEST(CudaEnginePrecisionTest, GeneratedModelsDifferOnlyAtNearTies) {
         // Against the reference at the GPU engine's precision: the FP32 reference and the GPU pick different experts
         // where two router scores are within a bf16 rounding, and generated models have many such.
         checkAlongGreedyPaths(entry.path().stem().string() + " bf16 ref", host, device,
-                              randomPrompts(host.config.vocab_size, 23), 8, CpuPrecision::kBf16Activations);
+                              randomPrompts(host.config.vocab_size, 23), 6, CpuPrecision::kBf16Activations);
     }
 }
 

@@ -100,13 +100,13 @@ TEST_F(CudaEngineTest, SixtyFourBatchedSequencesGetTheIdsEachGetsAlone) {
 }
 
 TEST_F(CudaEngineTest, ChunkedPrefillGivesTheIdsOfOneShotPrefill) {
-    const auto requests = greedyRequests(randomPrompts(8, 20, 90, 384, 11), 10);
+    const auto requests = greedyRequests(randomPrompts(8, 10, 24, 384, 11), 8);
     // Chunks and mixed steps take other kernels (and other roundings) than one-shot prefill and decode-only steps: a
     // prompt whose routing has a near-tie (engine_test_util.h) cannot tell the two apart.
     const std::vector<float> gaps = referenceRouterGaps(host_->config, host_->weights, requests, options());
     const RunOutput one_shot = gpu(requests, options());
     EngineOptions chunked = options();
-    chunked.scheduler.max_num_batched_tokens = 16;  // prompts in pieces of up to 16 tokens, decodes mixed in
+    chunked.scheduler.max_num_batched_tokens = 8;  // prompts in pieces of up to 8 tokens, decodes mixed in
     const RunOutput pieces = gpu(requests, chunked);
     int decidable = 0;
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -114,7 +114,7 @@ TEST_F(CudaEngineTest, ChunkedPrefillGivesTheIdsOfOneShotPrefill) {
         ++decidable;
         EXPECT_EQ(pieces.ids[i], one_shot.ids[i]) << "prompt " << i << " (router gap " << gaps[i] << ")";
     }
-    EXPECT_GE(decidable, 4) << "too few prompts without a routing near-tie";
+    EXPECT_GE(decidable, 2) << "too few prompts without a routing near-tie";
     // Dual-batch overlap (two stages a step, always eager) changes nothing either.
     EngineOptions dbo = options();
     dbo.dual_batch_overlap = true;
