@@ -194,7 +194,7 @@ Status Service::configure() {
                              transport::ExpertPartition::create(model_config_.num_experts, afd_.num_ffn_ranks));
         experts_ = partition.rangeOf(rank_);
     } else {
-        experts_ = {0, model_config_.num_experts};
+        experts_ = {0, static_cast<int>(model_config_.num_experts)};  // num_experts is validated to fit an int
     }
     report_.expert_begin = experts_.begin;
     report_.expert_end = experts_.end;

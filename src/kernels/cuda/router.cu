@@ -413,8 +413,8 @@ cudaError_t launchRouter(const RouterParams& params, float* workspace, cudaStrea
     const int num_experts = static_cast<int>(params.num_experts);
     const int top_k = static_cast<int>(params.top_k);
     const bool renormalize = params.norm_topk_prob;
-    if (num_tokens < 1 || hidden % 16 != 0 || num_experts < 1 || num_experts > kMaxExperts || top_k < 1 ||
-        top_k > 32 || top_k > num_experts) {
+    if (num_tokens < 1 || hidden % 16 != 0 || num_experts < 1 || num_experts > kMaxExperts || top_k < 1 || top_k > 32 ||
+        top_k > num_experts) {
         return cudaErrorInvalidValue;
     }
     cudaError_t err = configureOncePerDevice(logits_configured, [] {
