@@ -27,7 +27,7 @@ void expectBadFlag(const std::vector<std::string>& args, const std::string& need
 
 TEST(BenchCli, RouterRefusesShapesTheRouterDoesNotTake) {
     expectBadFlag({"router", "--hidden", "100"}, "--hidden: 100 must be a multiple of 16");
-    expectBadFlag({"router", "--experts", "48"}, "--experts: 48 must be a multiple of 32");
+    expectBadFlag({"router", "--experts", "257"}, "--experts: Value 257 not in range");
     expectBadFlag({"router", "--experts", "300"}, "--experts");
     expectBadFlag({"router", "--top-k", "40"}, "--top-k");
     expectBadFlag({"router", "--experts", "32", "--top-k", "32", "--tokens", "0"}, "--tokens: 0 must be >= 1");

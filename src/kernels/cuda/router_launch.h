@@ -13,7 +13,7 @@ namespace afd::kernels::cuda {
 
 // logits = x . gate_w^T (bf16 tensor cores, fp32 accumulation, the reduction split over CTAs into partial sums in
 // `workspace`), softmax, top-k, optional renormalisation, for RouterParams with act_dtype kBf16 (x [T, H] bf16),
-// hidden % 16 == 0, num_experts % 32 == 0, num_experts <= 256, top_k <= min(32, num_experts); `workspace` of
+// hidden % 16 == 0, 1 <= num_experts <= 256, top_k <= min(32, num_experts); `workspace` of
 // routerWorkspaceBytes(T, H, E) bytes. Two kernels on `stream`, the second launched programmatically; returns the
 // launch status.
 cudaError_t launchRouter(const RouterParams& params, float* workspace, cudaStream_t stream);
