@@ -5,12 +5,12 @@
 # AFD_FUZZ_SOURCES_<name> into ${CMAKE_CURRENT_BINARY_DIR}/bin/<name>_fuzz (a folder of its own: Ninja already
 # names the target's phony alias fuzz/<name>_fuzz), as part of ALL so that CI builds it. AFD_FUZZ_DEFINES_<name>
 # adds compiler flags, AFD_FUZZ_LIBS_<name> libraries to link.
-# Headers under src/core, src/model, src/transport and src/tokenizer are dependencies, so editing one rebuilds the
-# targets.
+# Headers under src/core, src/http, src/model, src/transport and src/tokenizer are dependencies, so editing one
+# rebuilds the targets.
 
 file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/bin)
-file(GLOB afd_fuzz_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/core/*.h ${PROJECT_SOURCE_DIR}/src/model/*.h
-     ${PROJECT_SOURCE_DIR}/src/transport/*.h ${PROJECT_SOURCE_DIR}/src/tokenizer/*.h)
+file(GLOB afd_fuzz_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/core/*.h ${PROJECT_SOURCE_DIR}/src/http/*.h
+     ${PROJECT_SOURCE_DIR}/src/model/*.h ${PROJECT_SOURCE_DIR}/src/transport/*.h ${PROJECT_SOURCE_DIR}/src/tokenizer/*.h)
 
 function(afd_fuzz_target name)
     set(target ${name}_fuzz)
@@ -59,9 +59,23 @@ afd_fuzz_target(afd_config)
 set(AFD_FUZZ_SOURCES_frame src/transport/frame.cpp src/core/check.cpp src/core/dtype.cpp src/core/status.cpp)
 afd_fuzz_target(frame)
 
-# The admin HTTP server's request-head parser (src/transport/http_request_parser.h).
-set(AFD_FUZZ_SOURCES_http_request src/transport/http_request_parser.cpp)
-afd_fuzz_target(http_request)
+# The http layer's server (src/http/http_server.h) on the bytes a client sends, over loopback. cpp-httplib is
+# Debian's compiled library (cmake/AfdHttpDeps.cmake), linked as it is; its include folders go in less the
+# compiler's own.
+file(GLOB AFD_FUZZ_SOURCES_http_server RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS
+     ${PROJECT_SOURCE_DIR}/src/http/*.cpp)
+list(APPEND AFD_FUZZ_SOURCES_http_server src/core/check.cpp src/core/status.cpp)
+set(AFD_FUZZ_DEFINES_http_server)
+foreach(define ${AFD_HTTPLIB_DEFINES})
+    list(APPEND AFD_FUZZ_DEFINES_http_server -D${define})
+endforeach()
+foreach(dir ${AFD_HTTPLIB_INCLUDE_DIRS})
+    if(NOT dir IN_LIST CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES)
+        list(APPEND AFD_FUZZ_DEFINES_http_server -I${dir})
+    endif()
+endforeach()
+set(AFD_FUZZ_LIBS_http_server ${AFD_HTTPLIB_LIBRARY} -pthread)
+afd_fuzz_target(http_server)
 
 # The tokenizer (src/tokenizer/tokenizer.h) on arbitrary bytes, as text to encode and as ids to decode.
 file(GLOB AFD_FUZZ_SOURCES_tokenizer RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS

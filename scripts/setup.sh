@@ -4,7 +4,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 packages=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
-          libbenchmark-dev libpcre2-dev libutf8proc-dev python3)
+          libbenchmark-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev libssl-dev python3)
 
 sudo_cmd=()
 apt_install() {

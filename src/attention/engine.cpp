@@ -1,5 +1,7 @@
 #include "attention/engine.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <limits>
 #include <new>
@@ -22,6 +24,12 @@ std::vector<int64_t> decodeGraphSizes(const EngineOptions& options, const Device
         options.cuda_graph_batch_sizes.empty() ? defaultGraphBatchSizes(cap) : options.cuda_graph_batch_sizes;
     std::erase_if(sizes, [cap](int64_t b) { return b > cap; });
     return sizes;
+}
+
+void markFailed(Sequence& seq, const core::Status& error) {
+    seq.status = SequenceStatus::kFinished;
+    seq.finish_reason = FinishReason::kError;
+    seq.error = error;
 }
 
 }  // namespace
@@ -107,8 +115,7 @@ core::Result<std::unique_ptr<Engine>> Engine::create(const model::ModelConfig& c
     }
 }
 
-core::Result<int64_t> Engine::addRequest(std::vector<int32_t> prompt, const SamplingParams& params,
-                                         bool want_prompt_logits) {
+core::Status Engine::checkParamsAndIds(std::span<const int32_t> prompt, const SamplingParams& params) const {
     AFD_RETURN_IF_ERROR(params.validate());
     for (size_t i = 0; i < prompt.size(); ++i) {
         if (prompt[i] < 0 || prompt[i] >= config_.vocab_size) {
@@ -116,6 +123,18 @@ core::Result<int64_t> Engine::addRequest(std::vector<int32_t> prompt, const Samp
                                          config_.vocab_size);
         }
     }
+    return core::Status::ok();
+}
+
+core::Status Engine::checkRequest(std::span<const int32_t> prompt, const SamplingParams& params) const {
+    AFD_RETURN_IF_ERROR(checkParamsAndIds(prompt, params));
+    return scheduler_->check(static_cast<int64_t>(prompt.size()), params.max_tokens);
+}
+
+core::Result<int64_t> Engine::addRequest(std::vector<int32_t> prompt, const SamplingParams& params,
+                                         bool want_prompt_logits) {
+    if (!health_.isOk()) return health_;
+    AFD_RETURN_IF_ERROR(checkParamsAndIds(prompt, params));
     auto seq = std::make_unique<Sequence>();
     seq->id = next_request_id_++;
     seq->prompt = std::move(prompt);
@@ -127,16 +146,22 @@ core::Result<int64_t> Engine::addRequest(std::vector<int32_t> prompt, const Samp
     return id;
 }
 
-core::Result<std::vector<std::unique_ptr<Sequence>>> Engine::step() {
+StepOutput Engine::runStep() {
     AFD_CHECK(!finished_, "step() after finish()");
+    StepOutput out;
+    if (!health_.isOk()) {
+        out.error = health_;
+        return out;
+    }
     ScheduledStep scheduled = scheduler_->schedule();
-    if (scheduled.empty()) return std::vector<std::unique_ptr<Sequence>>{};
-    AFD_CHECK(!broken_, "step() after a failed step");
+    if (scheduled.empty()) return out;
+    out.num_tokens = scheduled.numTokens();
+    out.num_sequences = static_cast<int64_t>(scheduled.chunks.size());
     const ForwardBatch batch = buildForwardBatch(scheduled, batch_options_);
     core::Result<core::Tensor> forward = runner_->forward(batch, next_step_++, false);
     if (!forward.isOk()) {
-        broken_ = true;
-        return forward.status();
+        failStep(scheduled, forward.status(), out);
+        return out;
     }
     const core::Tensor logits = std::move(forward).value();
     const int64_t V = config_.vocab_size;
@@ -158,12 +183,14 @@ core::Result<std::vector<std::unique_ptr<Sequence>>> Engine::step() {
     sampled_.resize(sample_requests_.size());
     ops_.sample(logits, sample_requests_, sampled_);
     ops_.synchronize();  // the prompt logits copies
+    out.tokens.reserve(sampled_.size());
     row = 0;
     for (const auto& c : scheduled.chunks) {
         if (!c.sample) continue;
         Sequence& seq = *c.seq;
         const int32_t token = sampled_[static_cast<size_t>(row++)];
         seq.output.push_back(token);
+        out.tokens.push_back({seq.id, token});
         const bool eos = !seq.params.ignore_eos && std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(),
                                                              token) != config_.eos_token_ids.end();
         const bool stop = std::find(seq.params.stop_token_ids.begin(), seq.params.stop_token_ids.end(), token) !=
@@ -176,13 +203,50 @@ core::Result<std::vector<std::unique_ptr<Sequence>>> Engine::step() {
             seq.finish_reason = FinishReason::kLength;
         }
     }
-    return scheduler_->complete(scheduled);
+    out.finished = scheduler_->complete(scheduled);
+    return out;
+}
+
+void Engine::failStep(const ScheduledStep& scheduled, const core::Status& error, StepOutput& out) {
+    out.error = error;
+    // NOTE: work the failed step enqueued may still be on the ops' stream; the next step's ops come after it on the
+    // same stream, so the freed blocks are rewritten only after it.
+    out.finished = scheduler_->removeStep(scheduled);
+    for (auto& seq : out.finished) markFailed(*seq, error);
+    const core::Status reset = backend_.resetAfterFailedStep();
+    if (reset.isOk()) return;
+    health_ = core::Status(error.code(), fmt::format("{}: {}", reset.message(), error.message()));
+    for (auto& seq : scheduler_->removeAll()) {
+        markFailed(*seq, health_);
+        out.finished.push_back(std::move(seq));
+    }
+}
+
+core::Result<std::vector<std::unique_ptr<Sequence>>> Engine::step() {
+    StepOutput out = runStep();
+    if (!out.error.isOk()) return out.error;
+    return std::move(out.finished);
+}
+
+std::unique_ptr<Sequence> Engine::abort(int64_t id) {
+    std::unique_ptr<Sequence> seq = scheduler_->remove(id);
+    if (seq != nullptr) {
+        seq->status = SequenceStatus::kFinished;
+        seq->finish_reason = FinishReason::kAborted;
+    }
+    return seq;
+}
+
+std::vector<std::unique_ptr<Sequence>> Engine::failAll(const core::Status& why) {
+    std::vector<std::unique_ptr<Sequence>> removed = scheduler_->removeAll();
+    for (auto& seq : removed) markFailed(*seq, why);
+    return removed;
 }
 
 core::Status Engine::finish() {
     if (finished_) return core::Status::ok();
     finished_ = true;
-    if (broken_) return core::Status::ok();
+    if (!health_.isOk()) return core::Status::ok();
     StepPlan plan;
     plan.step = next_step_++;
     plan.last = true;

@@ -49,6 +49,7 @@ public:
     const core::Tensor& keys(int64_t layer) const { return keys_.at(static_cast<size_t>(layer)); }
     const core::Tensor& values(int64_t layer) const { return values_.at(static_cast<size_t>(layer)); }
     BlockAllocator& allocator() { return allocator_; }
+    const BlockAllocator& allocator() const { return allocator_; }
 
 private:
     KvCacheShape shape_;

@@ -44,6 +44,11 @@ public:
     virtual core::Status submit(int64_t layer, int stage, const core::Tensor& x, const core::Tensor& out) = 0;
     virtual core::Status collect(int64_t layer, int stage) = 0;
     virtual core::Status endStep() = 0;
+    // After a step that failed part-way (one of the calls above returned an error; the runner makes no further call
+    // for that step): drops the step's state and returns ok when the backend can run the next step, or returns why it
+    // cannot serve again (the engine then fails every request and reports itself unhealthy, keeping the step error's
+    // code). The default suits backends that keep nothing across calls.
+    virtual core::Status resetAfterFailedStep() { return core::Status::ok(); }
     // Whether submit and collect only enqueue work on the ops' stream (no host synchronisation, no host-side
     // dependence on the data), so that a step's layers can be captured in a CUDA graph and replayed.
     virtual bool capturable() const = 0;

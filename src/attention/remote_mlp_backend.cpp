@@ -240,4 +240,8 @@ core::Status RemoteMlpBackend::collect(int64_t layer, int stage) {
 
 core::Status RemoteMlpBackend::endStep() { return core::Status::ok(); }
 
+core::Status RemoteMlpBackend::resetAfterFailedStep() {
+    return core::peerLost("the AFD connection to the FFN peers cannot carry another step after step {} failed", step_);
+}
+
 }  // namespace afd::attention

@@ -43,6 +43,9 @@ public:
     core::Status submit(int64_t layer, int stage, const core::Tensor& x, const core::Tensor& out) override;
     core::Status collect(int64_t layer, int stage) override;
     core::Status endStep() override;
+    // Always an error: the FFN peers expect the rest of the failed step in lockstep, and a connector that returned an
+    // error is unusable (transport/connector.h), so no step can follow.
+    core::Status resetAfterFailedStep() override;
     bool capturable() const override { return false; }
     std::vector<LayerTiming> layerTimings() const override { return timings_; }
 

@@ -1,5 +1,7 @@
 #include "attention/scheduler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "core/check.h"
@@ -16,6 +18,8 @@ std::string_view finishReasonName(FinishReason reason) {
             return "stop";
         case FinishReason::kAborted:
             return "abort";
+        case FinishReason::kError:
+            return "error";
     }
     return "unknown";
 }
@@ -42,20 +46,24 @@ int64_t ScheduledStep::numTokens() const {
 Scheduler::Scheduler(const SchedulerOptions& options, BlockAllocator& allocator, int64_t block_size)
     : options_(options), allocator_(allocator), block_size_(block_size) {}
 
-core::Status Scheduler::add(std::unique_ptr<Sequence> seq) {
-    if (seq->prompt.empty()) return core::invalidArgument("request {}: the prompt is empty", seq->id);
+core::Status Scheduler::check(int64_t num_tokens, int64_t max_tokens) const {
+    if (num_tokens <= 0) return core::invalidArgument("the prompt is empty");
     // NOTE: compared as a difference: max_tokens may be anything up to INT64_MAX.
-    if (seq->numTokens() > options_.max_model_len ||
-        seq->params.max_tokens > options_.max_model_len - seq->numTokens()) {
-        return core::invalidArgument("request {}: prompt ({} tokens) + max_tokens ({}) exceeds max_model_len {}",
-                                     seq->id, seq->numTokens(), seq->params.max_tokens, options_.max_model_len);
+    if (num_tokens > options_.max_model_len || max_tokens > options_.max_model_len - num_tokens) {
+        return core::invalidArgument("prompt ({} tokens) + max_tokens ({}) exceeds max_model_len {}", num_tokens,
+                                     max_tokens, options_.max_model_len);
     }
-    const int64_t longest = seq->numTokens() + seq->params.max_tokens;
+    const int64_t longest = num_tokens + max_tokens;
     const int64_t blocks_needed = (longest + block_size_ - 1) / block_size_;
     if (blocks_needed > allocator_.numBlocks()) {
-        return core::invalidArgument("request {}: needs {} KV blocks but the cache has {}", seq->id, blocks_needed,
-                                     allocator_.numBlocks());
+        return core::invalidArgument("needs {} KV blocks but the cache has {}", blocks_needed, allocator_.numBlocks());
     }
+    return core::Status::ok();
+}
+
+core::Status Scheduler::add(std::unique_ptr<Sequence> seq) {
+    AFD_RETURN_IF_ERROR(
+        check(seq->numTokens(), seq->params.max_tokens).withContext(fmt::format("request {}", seq->id)));
     seq->status = SequenceStatus::kWaiting;
     waiting_.push_back(std::move(seq));
     return core::Status::ok();
@@ -127,6 +135,50 @@ ScheduledStep Scheduler::schedule() {
         waiting_.pop_front();
     }
     return step;
+}
+
+std::unique_ptr<Sequence> Scheduler::remove(int64_t id) {
+    std::unique_ptr<Sequence> seq;
+    auto waiting = std::find_if(waiting_.begin(), waiting_.end(), [id](const auto& s) { return s->id == id; });
+    if (waiting != waiting_.end()) {
+        seq = std::move(*waiting);
+        waiting_.erase(waiting);
+    } else {
+        auto running = std::find_if(running_.begin(), running_.end(), [id](const auto& s) { return s->id == id; });
+        if (running == running_.end()) return nullptr;
+        seq = std::move(*running);
+        running_.erase(running);
+    }
+    freeBlocks(*seq);
+    return seq;
+}
+
+std::vector<std::unique_ptr<Sequence>> Scheduler::removeStep(const ScheduledStep& step) {
+    std::vector<std::unique_ptr<Sequence>> removed;
+    for (const auto& chunk : step.chunks) {
+        // A chunk's sequence is running (schedule() admitted it), and appears once per step.
+        auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == chunk.seq; });
+        AFD_CHECK(it != running_.end(), "sequence {} of the step is not running", chunk.seq->id);
+        freeBlocks(**it);
+        removed.push_back(std::move(*it));
+        running_.erase(it);
+    }
+    return removed;
+}
+
+std::vector<std::unique_ptr<Sequence>> Scheduler::removeAll() {
+    std::vector<std::unique_ptr<Sequence>> removed;
+    for (auto& seq : running_) {
+        freeBlocks(*seq);
+        removed.push_back(std::move(seq));
+    }
+    running_.clear();
+    for (auto& seq : waiting_) {
+        freeBlocks(*seq);
+        removed.push_back(std::move(seq));
+    }
+    waiting_.clear();
+    return removed;
 }
 
 std::vector<std::unique_ptr<Sequence>> Scheduler::complete(const ScheduledStep& step) {

@@ -5,7 +5,7 @@
 // are admitted in arrival order with prefill chunks that fit the remaining budget (chunked prefill). KV blocks
 // are allocated as positions are scheduled; when they run out, the most recently admitted running sequence is
 // preempted (its blocks freed; it recomputes its prompt and output later, so its tokens are unchanged).
-// Not thread-safe: the engine thread owns it.
+// Not thread-safe: the engine thread owns it (check() excepted).
 #pragma once
 
 #include <cstdint>
@@ -43,13 +43,25 @@ class Scheduler {
 public:
     Scheduler(const SchedulerOptions& options, BlockAllocator& allocator, int64_t block_size);
 
-    // Takes ownership; the sequence waits until scheduled. Errors when it can never fit (too long for
-    // max_model_len or for the whole KV cache).
+    // Whether a sequence of `num_tokens` tokens that may grow by `max_tokens` can ever fit: a prompt, within
+    // max_model_len, within the whole KV cache. Errors (kInvalidArgument) name the limit. Thread-safe: reads only
+    // what is fixed at construction.
+    core::Status check(int64_t num_tokens, int64_t max_tokens) const;
+    // Takes ownership; the sequence waits until scheduled. Errors as check(), prefixed with "request <id>".
     core::Status add(std::unique_ptr<Sequence> seq);
     ScheduledStep schedule();
     // After a step: records computed tokens (the engine appended sampled tokens), retires finished sequences
     // and frees their blocks. Returns the sequences that finished in this step.
     std::vector<std::unique_ptr<Sequence>> complete(const ScheduledStep& step);
+
+    // Between steps (no ScheduledStep in use, except the one passed to removeStep). Each frees the blocks of what it
+    // removes and passes ownership to the caller; statuses are left for the caller to set.
+    // The waiting or running sequence `id`, or nullptr when there is none.
+    std::unique_ptr<Sequence> remove(int64_t id);
+    // Every sequence of `step` (a step that failed: complete() is not called for it).
+    std::vector<std::unique_ptr<Sequence>> removeStep(const ScheduledStep& step);
+    // Every sequence, running ones first.
+    std::vector<std::unique_ptr<Sequence>> removeAll();
 
     bool hasWork() const { return !waiting_.empty() || !running_.empty(); }
     int64_t numWaiting() const { return static_cast<int64_t>(waiting_.size()); }

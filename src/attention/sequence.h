@@ -7,11 +7,14 @@
 #include <vector>
 
 #include "attention/sampling_params.h"
+#include "core/status.h"
 
 namespace afd::attention {
 
 enum class SequenceStatus { kWaiting, kRunning, kFinished };
-enum class FinishReason { kNone, kLength, kStop, kAborted };
+// kAborted: cancelled by the caller (Engine::abort). kError: ended by a failure (a failed step, an engine that stopped
+// serving, a shutdown); Sequence::error says why.
+enum class FinishReason { kNone, kLength, kStop, kAborted, kError };
 
 std::string_view finishReasonName(FinishReason reason);
 
@@ -26,6 +29,7 @@ struct Sequence {
 
     SequenceStatus status = SequenceStatus::kWaiting;
     FinishReason finish_reason = FinishReason::kNone;
+    core::Status error;           // finish_reason kError: why
     int64_t num_computed = 0;     // tokens whose KV is in the cache
     std::vector<int32_t> blocks;  // block table
     int64_t num_preemptions = 0;

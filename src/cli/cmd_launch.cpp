@@ -19,10 +19,10 @@
 #include <iostream>
 #include <thread>
 
+#include "attention/attention_rank.h"
 #include "attention/engine.h"
 #include "attention/offline.h"
 #include "cli/commands.h"
-#include "cli/engine_setup.h"
 #include "cli/launch_devices.h"
 #include "cli/model_source.h"
 #include "core/child_process.h"
@@ -251,15 +251,16 @@ core::Result<std::vector<attention::GenerationResult>> Launch::denseReference(
     ModelFlags model;
     model.model_dir = options_.model.empty() ? run_dir_ + "/model" : options_.model;
     AFD_ASSIGN_OR_RETURN(ModelSource source, openModelSource(model));
-    DenseEngineOptions dense;
+    attention::AttentionRankOptions dense;
     dense.device = devices_.reference;
     dense.engine.scheduler.max_model_len = std::min<int64_t>(source.config.max_position_embeddings, 8192);
     dense.engine.enforce_eager = options_.devices.enforce_eager;
     if (options_.devices.gpu_memory_utilization) {
         dense.gpu.gpu_memory_utilization = *options_.devices.gpu_memory_utilization;
     }
-    AFD_ASSIGN_OR_RETURN(std::unique_ptr<DenseEngine> engine, DenseEngine::create(std::move(source), dense));
-    return attention::generateOffline(engine->engine(), prompts, params, false, [this] { return interrupted_.load(); });
+    AFD_ASSIGN_OR_RETURN(std::unique_ptr<attention::AttentionRank> rank,
+                         attention::AttentionRank::create(std::move(source), std::move(dense)));
+    return attention::generateOffline(rank->engine(), prompts, params, false, [this] { return interrupted_.load(); });
 }
 
 int Launch::run() {

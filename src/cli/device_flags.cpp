@@ -5,8 +5,6 @@
 #include <charconv>
 
 #if defined(AFD_HAVE_CUDA_ATTENTION)
-#include <cuda_runtime.h>
-
 #include "kernels/cuda/device_info.h"
 #endif
 
@@ -78,20 +76,6 @@ core::Result<core::Device> resolveDevice(const DeviceChoice& choice, int rank, s
                                      choice.device_flag, gpu, visible, mapping);
     }
     return core::Device::cuda(gpu);
-}
-
-core::Result<GpuMemory> gpuMemory(int gpu) {
-#if defined(AFD_HAVE_CUDA_ATTENTION)
-    cudaError_t err = cudaSetDevice(gpu);
-    size_t free_bytes = 0, total_bytes = 0;
-    if (err == cudaSuccess) err = cudaMemGetInfo(&free_bytes, &total_bytes);
-    if (err != cudaSuccess) {
-        return core::internalError("reading cuda:{}'s free memory: {}", gpu, cudaGetErrorString(err));
-    }
-    return GpuMemory{free_bytes, total_bytes};
-#else
-    return core::invalidArgument("cuda:{}: this afd was built without the CUDA backend", gpu);
-#endif
 }
 
 }  // namespace afd::cli

@@ -36,11 +36,4 @@ struct DeviceChoice {
 // to be visible. device_ids with cpu is an error (as for afd ffn).
 core::Result<core::Device> resolveDevice(const DeviceChoice& choice, int rank, std::string_view rank_label);
 
-// Free and total bytes of cuda:gpu (made current). Errors name the GPU.
-struct GpuMemory {
-    uint64_t free_bytes = 0;
-    uint64_t total_bytes = 0;
-};
-core::Result<GpuMemory> gpuMemory(int gpu);
-
 }  // namespace afd::cli

@@ -8,9 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "attention/model_source.h"
 #include "core/status.h"
-#include "model/checkpoint.h"
-#include "model/model_config.h"
 
 namespace CLI {
 class App;
@@ -30,13 +29,8 @@ struct ModelFlags {
 // Adds --model, --config, --preset, --layers, --random-weights and `seed_flag` (the weights' seed) to `cmd`.
 void addModelFlags(CLI::App& cmd, ModelFlags& flags, const std::string& seed_flag);
 
-struct ModelSource {
-    model::ModelConfig config;
-    std::optional<model::Checkpoint> checkpoint;  // absent with random weights
-    std::string name;                             // for messages: the directory, file or preset
-    bool random_weights = false;
-    uint64_t weights_seed = 0;
-};
+// The model a subcommand runs (attention/model_source.h): config, checkpoint, name, random weights and their seed.
+using ModelSource = attention::ModelSource;
 
 // Errors: kInvalidArgument for a rule the flags break (exactly one of --model, --config, --preset; --config, --preset
 // and --layers only with --random-weights), config.json problems as ModelConfig reports them, and the checkpoint's

@@ -16,6 +16,7 @@
 #include "core/logging.h"
 #include "core/metrics.h"
 #include "core/signal_watcher.h"
+#include "http/http_server.h"
 #include "ffn/compute_factory.h"
 #include "ffn/ffn_runner.h"
 #include "ffn/ffn_worker.h"
@@ -26,7 +27,6 @@
 #include "model/weights.h"
 #include "transport/afd_config.h"
 #include "transport/afd_wire.h"
-#include "transport/http_server.h"
 #include "transport/tcp/tcp_connector.h"
 
 namespace afd::ffn {
@@ -83,6 +83,7 @@ public:
 private:
     Status configure();
     Status load();
+    Status bindAdmin();
     Status startAdmin();
     Status connect();
     void serve();
@@ -110,7 +111,7 @@ private:
     std::string fingerprint_;
     std::unique_ptr<FfnCompute> compute_;
     uint64_t weight_bytes_ = 0;
-    std::unique_ptr<transport::HttpServer> admin_;
+    std::unique_ptr<http::HttpServer> admin_;
     std::unique_ptr<transport::Canceller> setup_cancel_;
     std::unique_ptr<transport::FfnConnector> connector_;
     std::unique_ptr<FfnRunner> runner_;
@@ -262,33 +263,44 @@ nlohmann::json Service::statusJson() const {
     return j;
 }
 
-Status Service::startAdmin() {
+// Binds the admin port before any weight is read, so that a taken port fails the start at once; serving starts
+// once the weights are loaded (startAdmin), and clients that come earlier wait in the listen backlog.
+Status Service::bindAdmin() {
     if (options_.admin_port < 0) return Status::ok();
-    transport::HttpServerOptions http;
-    http.host = options_.admin_host;
-    http.port = options_.admin_port;
-    admin_ = std::make_unique<transport::HttpServer>(http);
-    admin_->addRoute("GET", "/health", [](const transport::HttpRequest&) {
-        return transport::HttpReply{200, "text/plain", "ok\n"};
-    });
-    admin_->addRoute("GET", "/ready", [this](const transport::HttpRequest&) {
+    http::HttpServerOptions options;
+    options.name = "admin HTTP server";
+    options.host = options_.admin_host;
+    options.port = options_.admin_port;
+    options.num_threads = 4;  // requests are short; a launcher polls one at a time
+    admin_ = std::make_unique<http::HttpServer>(options);
+    const auto plain = [](int status, std::string body) {
+        http::HttpReply reply = http::HttpReply::text(status, std::move(body));
+        reply.content_type = "text/plain";
+        return reply;
+    };
+    admin_->addRoute("GET", "/health", [plain](const http::HttpRequest&) { return plain(200, "ok\n"); });
+    admin_->addRoute("GET", "/ready", [this, plain](const http::HttpRequest&) {
         const State s = state_.load();
-        return s == State::kServing ? transport::HttpReply{200, "text/plain", "ready\n"}
-                                    : transport::HttpReply{503, "text/plain", std::string(stateName(s)) + "\n"};
+        return s == State::kServing ? plain(200, "ready\n") : plain(503, std::string(stateName(s)) + "\n");
     });
-    admin_->addRoute("POST", "/stop", [this](const transport::HttpRequest&) {
+    admin_->addRoute("POST", "/stop", [this](const http::HttpRequest&) {
         requestStop("POST /stop");
-        return transport::HttpReply{200, "application/json", "{\"stopping\":true}\n"};
+        return http::HttpReply::json(200, "{\"stopping\":true}\n");
     });
-    admin_->addRoute("GET", "/status", [this](const transport::HttpRequest&) {
-        return transport::HttpReply{200, "application/json", statusJson().dump() + "\n"};
+    admin_->addRoute("GET", "/status", [this](const http::HttpRequest&) {
+        return http::HttpReply::json(200, statusJson().dump() + "\n");
     });
-    admin_->addRoute("GET", "/metrics", [](const transport::HttpRequest&) {
-        return transport::HttpReply{200, std::string(core::MetricsRegistry::kContentType),
-                                    core::globalMetrics().render()};
+    admin_->addRoute("GET", "/metrics", [](const http::HttpRequest&) {
+        http::HttpReply reply = http::HttpReply::text(200, core::globalMetrics().render());
+        reply.content_type = std::string(core::MetricsRegistry::kContentType);
+        return reply;
     });
+    return admin_->bind();
+}
+
+Status Service::startAdmin() {
+    if (!admin_) return Status::ok();
     AFD_RETURN_IF_ERROR(admin_->start());
-    AFD_LOG_INFO("admin HTTP on {}:{}", options_.admin_host, admin_->port());
     if (!options_.admin_port_file.empty()) {
         const std::string tmp = options_.admin_port_file + ".tmp";
         {
@@ -414,6 +426,8 @@ int Service::run() {
         return stop_requested_;
     };
     if (Status s = configure(); !s.isOk()) {
+        code = fail("config_error", core::kExitBadConfig, s);
+    } else if (Status s = bindAdmin(); !s.isOk()) {
         code = fail("config_error", core::kExitBadConfig, s);
     } else if (Status s = load(); !s.isOk()) {
         code = fail(s.code() == core::StatusCode::kInvalidArgument ? "config_error" : "load_error",

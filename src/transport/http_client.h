@@ -1,28 +1,12 @@
-// A blocking HTTP/1.1 client for one request per connection: enough for a launcher polling /ready and posting
-// /stop, and for tests. Thread-safe (no shared state).
+// The one-shot HTTP client moved to the http layer (http/http_client.h); this header keeps transport::httpRequest
+// for callers not yet moved (src/cli/cmd_launch.cpp). New code includes http/http_client.h.
 #pragma once
 
-#include <chrono>
-#include <string>
-#include <string_view>
-
-#include "core/status.h"
+#include "http/http_client.h"
 
 namespace afd::transport {
 
-struct HttpResponse {
-    int status = 0;
-    std::string content_type;  // empty when the server sent none
-    std::string body;
-};
-
-// Sends `method` `path` with `body` (Content-Type `content_type`, omitted for an empty body) to host:port and
-// reads the reply, all within `timeout`. Replies over 64 MiB are refused.
-// Errors: kNotFound (host does not resolve), kIoError (connect refused or failed), kTimeout (the whole exchange
-// ran past `timeout`), kPeerLost (closed before a complete reply), kCorrupt (not an HTTP/1.x reply). Every
-// message names host:port and the path.
-core::Result<HttpResponse> httpRequest(const std::string& host, int port, std::string_view method,
-                                       std::string_view path, std::string_view body, std::chrono::milliseconds timeout,
-                                       std::string_view content_type = "application/json");
+using http::HttpResponse;
+using http::httpRequest;
 
 }  // namespace afd::transport

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <thread>
 
-#include "transport/http_client.h"
+#include "http/http_client.h"
 #include "transport/socket.h"
 
 namespace afd::testing {
@@ -87,13 +87,13 @@ AttentionProcess startAttention(const std::string& dir, const std::string& model
 }
 
 std::optional<std::string> httpGet(int port, const std::string& path) {
-    auto reply = transport::httpRequest("127.0.0.1", port, "GET", path, "", std::chrono::seconds(5));
+    auto reply = http::httpRequest("127.0.0.1", port, "GET", path, "", std::chrono::seconds(5));
     if (!reply.isOk()) return std::nullopt;
     return reply->body;
 }
 
 bool httpPostStop(int port) {
-    auto reply = transport::httpRequest("127.0.0.1", port, "POST", "/stop", "", std::chrono::seconds(5));
+    auto reply = http::httpRequest("127.0.0.1", port, "POST", "/stop", "", std::chrono::seconds(5));
     return reply.isOk() && reply->status == 200;
 }
 

@@ -11,8 +11,8 @@
 #include <numeric>
 #include <random>
 
+#include "attention/attention_rank.h"
 #include "attention/engine.h"
-#include "cli/engine_setup.h"
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/cuda/blas/cublaslt_gemm.h"
@@ -81,7 +81,7 @@ std::vector<int32_t> randomPrompt(std::mt19937_64& rng, int64_t length, int64_t 
 
 class Bench {
 public:
-    Bench(const GenerateBenchOptions& o, cli::DenseEngine& dense, RoutingProbe& probe, double copy_tbps,
+    Bench(const GenerateBenchOptions& o, attention::AttentionRank& dense, RoutingProbe& probe, double copy_tbps,
           double gemm_tflops)
         : o_(o),
           engine_(dense.engine()),
@@ -275,7 +275,7 @@ core::Result<GenerateBenchResult> runGenerateBench(const GenerateBenchOptions& o
         AFD_LOG_WARN("bench generate: sequences reach {} positions, past the model's max_position_embeddings {}",
                      max_model_len, c.max_position_embeddings);
     }
-    cli::DenseEngineOptions dense;
+    attention::AttentionRankOptions dense;
     dense.device = core::Device::cuda(kGpu);
     dense.engine.scheduler.max_num_seqs = max_batch + 1;
     dense.engine.scheduler.max_num_batched_tokens = budget;
@@ -295,7 +295,8 @@ core::Result<GenerateBenchResult> runGenerateBench(const GenerateBenchOptions& o
         return std::unique_ptr<attention::MlpBackend>(std::move(wrapped));
     };
     const auto start = Clock::now();
-    AFD_ASSIGN_OR_RETURN(std::unique_ptr<cli::DenseEngine> engine, cli::DenseEngine::create(std::move(source), dense));
+    AFD_ASSIGN_OR_RETURN(std::unique_ptr<attention::AttentionRank> engine,
+                         attention::AttentionRank::create(std::move(source), std::move(dense)));
     AFD_CHECK(probe != nullptr, "bench generate: the engine was built without the routing probe");
     AFD_LOG_INFO("bench generate: engine ready in {:.1f} s ({} KV blocks of {} tokens)", msSince(start) / 1e3,
                  kv_blocks, bs);

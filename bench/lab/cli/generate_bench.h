@@ -1,7 +1,7 @@
-// `afd bench generate`: the dense GPU engine (cli/engine_setup.h: every layer on one GPU, CUDA graphs for decode unless
-// --enforce-eager) on a config with random weights drawn on the device, timed as a server runs it: each engine step
-// from the host (schedule, upload, graph replay or eager run, sampling until the ids are on the host) by the wall
-// clock, and stated against its floor measured in the same run (lab/decode_floor.h):
+// `afd bench generate`: the dense GPU engine (attention/attention_rank.h: every layer on one GPU, CUDA graphs for
+// decode unless --enforce-eager) on a config with random weights drawn on the device, timed as a server runs it: each
+// engine step from the host (schedule, upload, graph replay or eager run, sampling until the ids are on the host) by
+// the wall clock, and stated against its floor measured in the same run (lab/decode_floor.h):
 //   decode point (batch B, context C): B requests of C random prompt tokens are prefilled (chunked, the engine's own
 //     continuous batching), then, once every sequence decodes, warm-up steps and timed steps of exactly B decode rows;
 //     the floor is the bytes the step reads (the experts its routing touches, counted from the router's top-k ids of

@@ -35,6 +35,7 @@ public:
     core::Status submit(int64_t layer, int stage, const core::Tensor& x, const core::Tensor& out) override;
     core::Status collect(int64_t layer, int stage) override { return inner_->collect(layer, stage); }
     core::Status endStep() override { return inner_->endStep(); }
+    core::Status resetAfterFailedStep() override { return inner_->resetAfterFailedStep(); }
     bool capturable() const override { return inner_->capturable(); }
     std::vector<LayerTiming> layerTimings() const override { return inner_->layerTimings(); }
 
