@@ -23,6 +23,7 @@
 #include "attention/engine.h"
 #include "attention/offline.h"
 #include "cli/commands.h"
+#include "cli/ffn_fleet.h"
 #include "cli/launch_devices.h"
 #include "cli/model_source.h"
 #include "core/child_process.h"
@@ -32,7 +33,6 @@
 #include "model/synthetic.h"
 #include "model/weights.h"
 #include "transport/afd_config.h"
-#include "transport/http_client.h"
 #include "transport/socket.h"
 
 namespace afd::cli {
@@ -64,17 +64,8 @@ std::string readFile(const std::string& path) {
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-std::string tail(const std::string& text, size_t lines) {
-    size_t pos = text.size();
-    for (size_t n = 0; n <= lines && pos > 0; ++n) {
-        pos = text.rfind('\n', pos - 1);
-        if (pos == std::string::npos) return text;
-    }
-    return text.substr(pos + 1);
-}
-
-// The user's afd object with the launcher's defaults filled in (ranks 1A2F when neither count is given, a free
-// port when none is given). The role is implied per child, so giving one is an error.
+// The user's afd object with the launcher's defaults filled in (launchDefaults). The role is implied per child, so
+// giving one is an error.
 core::Result<json> afdObject(const std::string& text) {
     json root = json::object();
     if (!text.empty()) {
@@ -94,29 +85,16 @@ core::Result<json> afdObject(const std::string& text) {
             return core::invalidArgument("--additional-config: afd.{} is implied by afd launch (it starts both roles)",
                                          key);
     }
-    // The default deployment is m2n with 1 attention rank and 2 FFN ranks; p2p without counts keeps the config's
-    // own defaults (1A1F), since p2p needs at least as many attention ranks as FFN ranks.
-    const auto parsed = transport::AfdConfig::fromJson(afd.dump(), transport::Role::kAttention, "--additional-config");
-    const bool p2p = parsed.isOk() && !parsed->compute_gate_on_attention;
-    if (!afd.contains("num_attention_ranks") && !afd.contains("num_ffn_ranks") && !p2p) {
-        afd["num_attention_ranks"] = 1;
-        afd["num_ffn_ranks"] = 2;
-    }
-    if (!afd.contains("port") && !afd.contains("afd_port")) {
-        AFD_ASSIGN_OR_RETURN(int port, transport::pickServerPort("127.0.0.1"));  // FFN rank 0 binds it
-        afd["port"] = port;
-    }
+    AFD_RETURN_IF_ERROR(launchDefaults(afd));
     return root;
 }
 
-struct Rank {
+// An attention rank child (`afd generate` as one attention rank).
+struct AttentionChild {
     std::string name;
     core::ChildProcess process;
     std::string log_path;
     std::string out_path;
-    std::string port_file;
-    std::string status_file;
-    int admin_port = 0;
     std::optional<int> exit_code;
 };
 
@@ -129,11 +107,10 @@ public:
 
 private:
     int fail(int code, const std::string& message);
-    bool anyEarlyExit(const std::vector<Rank*>& watch, const std::string& waiting_for);
     int teardown(int code);
-    core::Status waitForAdminPorts();
-    core::Status waitForReady();
-    json fetchStatus(const Rank& ffn);
+    // An attention rank that failed while the FFN ranks were getting ready (a short job may finish first: only a
+    // failure counts).
+    core::Status attentionFailed();
     core::Result<std::vector<attention::GenerationResult>> denseReference(
         const std::vector<std::vector<int32_t>>& prompts, const attention::SamplingParams& params);
 
@@ -143,8 +120,8 @@ private:
     std::string binary_;
     std::string run_dir_;
     bool own_run_dir_ = false;
-    std::vector<Rank> ffn_;
-    std::vector<Rank> attention_;
+    FfnFleet ffn_;
+    std::vector<AttentionChild> attention_;
     std::chrono::steady_clock::time_point deadline_;
 };
 
@@ -155,95 +132,26 @@ int Launch::fail(int code, const std::string& message) {
 
 int Launch::teardown(int code) {
     // SIGTERM to every child still running, one shared 20 s grace period, then SIGKILL for the rest.
-    for (auto* group : {&attention_, &ffn_}) {
-        for (auto& r : *group) r.process.signal(SIGTERM);
-    }
-    const auto deadline = std::chrono::steady_clock::now() + 20s;
-    for (auto* group : {&attention_, &ffn_}) {
-        for (auto& r : *group) {
-            const auto left =
-                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-            if (!r.process.wait(std::max(left, std::chrono::milliseconds(0)))) r.process.terminate(1s);
-        }
+    for (auto& r : attention_) r.process.signal(SIGTERM);
+    ffn_.terminate(20s);
+    for (auto& r : attention_) {
+        if (!r.process.wait(1s)) r.process.terminate(1s);
     }
     return code;
 }
 
-bool Launch::anyEarlyExit(const std::vector<Rank*>& watch, const std::string& waiting_for) {
-    for (Rank* r : watch) {
-        if (auto code = r->process.poll()) {
-            r->exit_code = code;
-            AFD_LOG_ERROR("{} exited with code {} while {}; last lines of its log ({}):\n{}", r->name, *code,
-                          waiting_for, r->log_path, tail(readFile(r->log_path), 15));
-            return true;
-        }
-    }
-    return false;
-}
-
-core::Status Launch::waitForAdminPorts() {
-    std::vector<Rank*> watch;
-    for (auto& r : ffn_) watch.push_back(&r);
-    for (auto& r : ffn_) {
-        while (true) {
-            if (interrupted_) return core::makeStatus(core::StatusCode::kCancelled, "interrupted");
-            if (anyEarlyExit(watch, "starting")) return core::internalError("an FFN rank exited during start-up");
-            const std::string text = readFile(r.port_file);
-            if (!text.empty()) {
-                int port = 0;
-                auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
-                if (ec != std::errc() || port <= 0) {
-                    return core::internalError("{} wrote {:?} to {}: not a port", r.name, text, r.port_file);
-                }
-                r.admin_port = port;
-                break;
-            }
-            if (std::chrono::steady_clock::now() > deadline_) {
-                return core::timeoutError("{} did not start its admin server before the timeout", r.name);
-            }
-            std::this_thread::sleep_for(20ms);
+core::Status Launch::attentionFailed() {
+    for (auto& a : attention_) {
+        const auto code = a.process.poll();
+        if (code && *code != 0) {
+            a.exit_code = code;
+            AFD_LOG_ERROR(
+                "{} exited with code {} while the FFN ranks were getting ready; last lines of its log ({}):\n{}",
+                a.name, *code, a.log_path, logTail(a.log_path, 15));
+            return core::internalError("an attention rank failed during start-up");
         }
     }
     return core::Status::ok();
-}
-
-core::Status Launch::waitForReady() {
-    std::vector<Rank*> watch;
-    for (auto& r : ffn_) watch.push_back(&r);
-    for (auto& r : ffn_) {
-        while (true) {
-            if (interrupted_) return core::makeStatus(core::StatusCode::kCancelled, "interrupted");
-            for (auto& a : attention_) {
-                // An attention rank may finish a short job before every FFN rank was polled: only a failure counts.
-                const auto code = a.process.poll();
-                if (code && *code != 0) {
-                    a.exit_code = code;
-                    AFD_LOG_ERROR(
-                        "{} exited with code {} while the FFN ranks were getting ready; last lines of its "
-                        "log ({}):\n{}",
-                        a.name, *code, a.log_path, tail(readFile(a.log_path), 15));
-                    return core::internalError("an attention rank failed during start-up");
-                }
-            }
-            auto reply = transport::httpRequest("127.0.0.1", r.admin_port, "GET", "/ready", "", 2s);
-            // A rank whose session already ended (a very short job) was ready before.
-            if (reply.isOk() && (reply->status == 200 || reply->body.find("session_ended") != std::string::npos)) break;
-            if (anyEarlyExit(watch, "waiting for the FFN ranks to be ready")) {
-                return core::internalError("a rank exited before every FFN rank was ready");
-            }
-            if (std::chrono::steady_clock::now() > deadline_)
-                return core::timeoutError("{} never became ready", r.name);
-            std::this_thread::sleep_for(20ms);
-        }
-    }
-    return core::Status::ok();
-}
-
-json Launch::fetchStatus(const Rank& ffn) {
-    auto reply = transport::httpRequest("127.0.0.1", ffn.admin_port, "GET", "/status", "", 5s);
-    if (!reply.isOk() || reply->status != 200) return json::object();
-    json j = json::parse(reply->body, nullptr, false);
-    return j.is_discarded() ? json::object() : j;
 }
 
 core::Result<std::vector<attention::GenerationResult>> Launch::denseReference(
@@ -324,34 +232,26 @@ int Launch::run() {
     }
 
     // FFN ranks first (the order does not matter to the connector; it lets the launcher gate on readiness).
-    for (int k = 0; k < F; ++k) {
-        json cfg = {{"afd", afd_json}};
-        cfg["afd"]["role"] = "ffn";
-        Rank r;
-        r.name = fmt::format("ffn rank {}", k);
-        r.log_path = fmt::format("{}/ffn{}.log", run_dir_, k);
-        r.port_file = fmt::format("{}/ffn{}.port", run_dir_, k);
-        r.status_file = fmt::format("{}/ffn{}.status.json", run_dir_, k);
-        core::ChildProcess::Spec spec;
-        spec.argv = {binary_,      "--log-level",         child_log_level, "ffn",
-                     model_dir,    "--additional-config", cfg.dump(),      "--admin-port",
-                     "0",          "--admin-port-file",   r.port_file,     "--status-file",
-                     r.status_file};
-        for (auto& arg : ffnDeviceArgs(devices_)) spec.argv.push_back(std::move(arg));
-        spec.env = {{"RANK", std::to_string(k)}, {"WORLD_SIZE", std::to_string(F)}, {"LOCAL_RANK", std::to_string(k)}};
-        if (!threads_env.empty()) spec.env.emplace_back("AFD_NUM_THREADS", threads_env);
-        spec.stderr_path = options_.verbose ? "" : r.log_path;
-        auto child = core::ChildProcess::spawn(spec);
-        if (!child.isOk()) return fail(core::kExitFailure, child.status().message());
-        r.process = std::move(child).value();
-        ffn_.push_back(std::move(r));
-    }
-    if (auto s = waitForAdminPorts(); !s.isOk()) return fail(core::kExitFailure, s.message());
+    FfnFleetSpec fleet;
+    fleet.binary = binary_;
+    fleet.model_dir = model_dir;
+    fleet.afd = afd_json;
+    fleet.num_ffn_ranks = F;
+    fleet.device_args = ffnDeviceArgs(devices_);
+    fleet.run_dir = run_dir_;
+    fleet.log_level = child_log_level;
+    fleet.inherit_stderr = options_.verbose;
+    fleet.num_threads_env = threads_env;
+    auto spawned = FfnFleet::spawn(fleet);
+    if (!spawned.isOk()) return fail(core::kExitFailure, spawned.status().message());
+    ffn_ = std::move(spawned).value();
+    if (auto s = ffn_.waitForAdminPorts(deadline_, interrupted_); !s.isOk())
+        return fail(core::kExitFailure, s.message());
 
     for (int a = 0; a < A; ++a) {
         json cfg = {{"afd", afd_json}};
         cfg["afd"]["role"] = "attention";
-        Rank r;
+        AttentionChild r;
         r.name = fmt::format("attention rank {}", a);
         r.log_path = fmt::format("{}/attention{}.log", run_dir_, a);
         r.out_path = fmt::format("{}/attention{}.json", run_dir_, a);
@@ -391,16 +291,16 @@ int Launch::run() {
         r.process = std::move(child).value();
         attention_.push_back(std::move(r));
     }
-    if (auto s = waitForReady(); !s.isOk())
-        return fail(s.code() == core::StatusCode::kCancelled ? core::kExitFailure : core::kExitFailure, s.message());
+    if (auto s = ffn_.waitForReady(deadline_, interrupted_, [this] { return attentionFailed(); }); !s.isOk()) {
+        return fail(core::kExitFailure, s.message());
+    }
 
     // The job: wait for every attention rank; any FFN rank exiting meanwhile is a failure.
-    std::vector<Rank*> ffn_watch;
-    for (auto& r : ffn_) ffn_watch.push_back(&r);
     for (auto& r : attention_) {
         while (!(r.exit_code = r.process.poll())) {
             if (interrupted_) return fail(core::kExitFailure, "interrupted: stopping every rank");
-            if (anyEarlyExit(ffn_watch, "attention ranks were running")) {
+            if (auto s = ffn_.checkRunning("attention ranks were running"); !s.isOk()) {
+                AFD_LOG_ERROR("{}", s.message());
                 return fail(core::kExitPeerLost, "an FFN rank died during the job; stopping every rank");
             }
             if (std::chrono::steady_clock::now() > deadline_) {
@@ -411,29 +311,14 @@ int Launch::run() {
         }
         if (*r.exit_code != 0) {
             AFD_LOG_ERROR("{} exited with code {}; last lines of its log ({}):\n{}", r.name, *r.exit_code, r.log_path,
-                          tail(readFile(r.log_path), 15));
+                          logTail(r.log_path, 15));
             return fail(*r.exit_code, "an attention rank failed; stopping every rank");
         }
     }
     std::vector<json> ffn_status;
-    for (auto& r : ffn_) ffn_status.push_back(fetchStatus(r));
+    for (size_t k = 0; k < ffn_.ranks().size(); ++k) ffn_status.push_back(ffn_.status(k));
     // Ordered stop: POST /stop to every FFN rank, then wait for each to exit and check its status file.
-    bool clean = true;
-    for (auto& r : ffn_) {
-        auto reply = transport::httpRequest("127.0.0.1", r.admin_port, "POST", "/stop", "", 5s);
-        if (!reply.isOk()) AFD_LOG_WARN("{}: POST /stop failed: {}", r.name, reply.status().message());
-    }
-    for (auto& r : ffn_) {
-        r.exit_code = r.process.wait(20s);
-        if (!r.exit_code) r.exit_code = r.process.terminate(1s);
-        const json status = json::parse(readFile(r.status_file), nullptr, false);
-        const bool released = !status.is_discarded() && status.value("resources_released", false);
-        if (*r.exit_code != 0 || !released) {
-            clean = false;
-            AFD_LOG_ERROR("{} exited with code {} (resources released: {}); log {}", r.name, *r.exit_code, released,
-                          r.log_path);
-        }
-    }
+    const bool clean = ffn_.stop(20s);
 
     // Results in prompt order (rank a held prompts a, a + A, a + 2A …).
     std::vector<attention::GenerationResult> results(prompts.size());
