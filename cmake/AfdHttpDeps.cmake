@@ -3,7 +3,7 @@
 # declarations only. CPPHTTPLIB_OPENSSL_SUPPORT changes the layout of the library's classes (Request, ClientImpl),
 # so every file that includes httplib.h must define it as the library was built, and needs OpenSSL's headers
 # (libssl-dev). The zlib and Brotli switches only declare compressor classes the layer does not use: they stay off,
-# and their headers are not needed. Only src/http/*.cpp include httplib.h.
+# and their headers are not needed. Only src/http/ includes httplib.h (http_client.cpp, httplib_adapters.h).
 #
 # Found by find_path / find_library so that CMAKE_PREFIX_PATH finds an unpacked copy too (scripts/stage_gpu_deps.sh).
 # Defines the imported target afd::httplib, and for builds outside CMake's targets (fuzz/targets.cmake)

@@ -6,7 +6,7 @@
 //     Content-Length or chunked, or none for HEAD), each with a status the server may send;
 //   - a response of 400 or more has the JSON error body of http_message.h's errorBody with its status as code;
 //   - nothing follows a response that says Connection: close;
-//   - the server closes the connection within 5 s of the client's half-close;
+//   - a connection is accepted within 5 s, and the server closes it within 5 s of the client's half-close;
 //   - every 256 inputs, GET /health on a fresh connection still gets "ok".
 // cpp-httplib itself is Debian's compiled library, not instrumented: coverage guides the fuzzer through this layer's
 // code, and the checks judge what the library and the layer answer together.
@@ -19,9 +19,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <set>
 #include <stdexcept>
@@ -44,6 +47,7 @@ using afd::http::HttpRequest;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kCloseTimeout = std::chrono::seconds(5);
+constexpr auto kConnectTimeout = std::chrono::seconds(5);
 
 void require(bool condition) {
     if (!condition) __builtin_trap();
@@ -82,15 +86,55 @@ afd::http::HttpServer& server() {
     return *instance;
 }
 
-// Sends `bytes` on a new connection, half-closes, and returns everything the server sent until it closed.
-std::string exchange(std::string_view bytes) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    require(fd >= 0);
+// Waits for a connect in progress on `fd`; returns its errno (0: connected), ETIMEDOUT past `deadline`.
+int awaitConnect(int fd, Clock::time_point deadline) {
+    for (;;) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        if (left <= 0) return ETIMEDOUT;
+        pollfd entry{fd, POLLOUT, 0};
+        if (::poll(&entry, 1, static_cast<int>(left)) <= 0) continue;  // EINTR or the deadline: checked above
+        int error = 0;
+        socklen_t length = sizeof(error);
+        if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) return errno;
+        return error;
+    }
+}
+
+// A new connection to the server. Two failures are the client's and not the server's: a connect that a signal
+// interrupts (libFuzzer's -timeout alarm, installed without SA_RESTART, hits a connect that waits for a SYN
+// retransmit) goes on in the background and is awaited; running out of ephemeral ports (EADDRNOTAVAIL, every port
+// in TIME_WAIT) is retried with a new socket. Any other error, or no connection within kConnectTimeout, traps after
+// printing errno and the kernel's socket counts: the server no longer accepts.
+int connectToServer() {
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_port = htons(static_cast<uint16_t>(server().port()));
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    require(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+    const Clock::time_point deadline = Clock::now() + kConnectTimeout;
+    for (;;) {
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        require(fd >= 0);
+        int error = ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 ? 0 : errno;
+        if (error == EINTR) error = awaitConnect(fd, deadline);
+        if (error == 0) return fd;
+        ::close(fd);
+        if (error == EADDRNOTAVAIL && Clock::now() < deadline) {
+            ::usleep(1000);
+            continue;
+        }
+        std::fprintf(stderr, "connecting to the server failed: %s (errno %d)\n", std::strerror(error), error);
+        if (FILE* f = std::fopen("/proc/net/sockstat", "r")) {
+            char line[256];
+            while (std::fgets(line, sizeof(line), f) != nullptr) std::fputs(line, stderr);
+            std::fclose(f);
+        }
+        require(false);
+    }
+}
+
+// Sends `bytes` on a new connection, half-closes, and returns everything the server sent until it closed.
+std::string exchange(std::string_view bytes) {
+    const int fd = connectToServer();
     // Send and read at once: a server that answers early (and stops reading) must not leave the client stuck.
     size_t sent = 0;
     bool half_closed = false;
@@ -172,7 +216,8 @@ void checkReplies(std::string_view reply) {
         size_t line = head.find("\r\n");
         while (line != std::string_view::npos) {
             const size_t next = head.find("\r\n", line + 2);
-            const std::string_view field = head.substr(line + 2, next == std::string_view::npos ? head.npos : next - line - 2);
+            const std::string_view field =
+                head.substr(line + 2, next == std::string_view::npos ? head.npos : next - line - 2);
             const size_t colon = field.find(": ");
             require(colon != std::string_view::npos && colon > 0);
             const std::string name = lower(field.substr(0, colon));

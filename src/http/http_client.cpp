@@ -1,6 +1,6 @@
 #include "http/http_client.h"
 
-// cpp-httplib is included by this file and http_server.cpp only (cmake/AfdHttpDeps.cmake says why).
+// cpp-httplib is included by this file and httplib_adapters.h only (cmake/AfdHttpDeps.cmake says why).
 #include <httplib.h>
 #if !defined(CPPHTTPLIB_OPENSSL_SUPPORT)
 #error "httplib.h must be compiled with CPPHTTPLIB_OPENSSL_SUPPORT, as Debian's libcpp-httplib is (afd::httplib sets it)"

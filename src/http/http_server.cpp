@@ -1,12 +1,5 @@
 #include "http/http_server.h"
 
-// cpp-httplib is included by this file and http_client.cpp only (it is heavy, and its switches must match the
-// library's build: cmake/AfdHttpDeps.cmake).
-#include <httplib.h>
-#if !defined(CPPHTTPLIB_OPENSSL_SUPPORT)
-#error "httplib.h must be compiled with CPPHTTPLIB_OPENSSL_SUPPORT, as Debian's libcpp-httplib is (afd::httplib sets it)"
-#endif
-
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -29,14 +22,22 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "http/connection_io.h"
+#include "http/httplib_adapters.h"  // the only file besides http_client.cpp that brings in httplib.h
 #include "http/request_framing.h"
 #include "http/socket_io.h"
-#include "http/worker_pool.h"
 
 namespace afd::http {
 namespace {
 
+using detail::ChunkWriter;
 using detail::Clock;
+using detail::fillRejection;
+using detail::Library;
+using detail::LibraryStream;
+using detail::PooledQueue;
+using detail::refusalMessage;
+using detail::shortened;
+using detail::toRequest;
 using HandlerResponse = httplib::Server::HandlerResponse;
 
 // cpp-httplib listens with a backlog of 5: a burst of clients would wait for SYN retransmits (a second or more).
@@ -45,58 +46,6 @@ constexpr auto kMaxLinger = std::chrono::milliseconds(1000);
 constexpr size_t kMaxLingerBytes = size_t{8} << 20;
 constexpr auto kRefusalSendTimeout = std::chrono::milliseconds(20);
 constexpr std::string_view kMethods[] = {"DELETE", "GET", "OPTIONS", "PATCH", "POST", "PUT"};
-
-// What the server itself answers about a request, by status, when cpp-httplib refused it without a message.
-std::string_view refusalMessage(int status) {
-    switch (status) {
-        case 400:
-            return "malformed request";
-        case 404:
-            return "no such path";
-        case 414:
-            return "the request line is too long";
-        case 416:
-            return "unsatisfiable range";
-        case 500:
-            return "internal error";
-        default:
-            return "request refused";
-    }
-}
-
-// A client's text quoted in a message, cut short.
-std::string shortened(std::string_view text) {
-    constexpr size_t kMaxShown = 200;
-    return text.size() <= kMaxShown ? std::string(text) : std::string(text.substr(0, kMaxShown)) + "...";
-}
-
-// Headers cpp-httplib adds to every request itself (it inserts them beside any a client sent).
-bool isLibraryHeader(std::string_view lower_name) {
-    return lower_name == "remote_addr" || lower_name == "remote_port" || lower_name == "local_addr" ||
-           lower_name == "local_port";
-}
-
-// cpp-httplib's view of a connection's bytes.
-class LibraryStream final : public httplib::Stream {
-public:
-    explicit LibraryStream(detail::ConnectionIo& io) : io_(io) {}
-    bool is_readable() const override { return io_.readable(); }
-    bool is_writable() const override { return io_.writable(); }
-    ssize_t read(char* data, size_t size) override { return io_.read(data, size); }
-    ssize_t write(const char* data, size_t size) override { return io_.write(data, size); }
-    void get_remote_ip_and_port(std::string& ip, int& port) const override {
-        ip = io_.remoteIp();
-        port = io_.remotePort();
-    }
-    void get_local_ip_and_port(std::string& ip, int& port) const override {
-        ip = io_.localIp();
-        port = io_.localPort();
-    }
-    socket_t socket() const override { return io_.fd(); }
-
-private:
-    detail::ConnectionIo& io_;
-};
 
 // One accepted connection, for as long as a worker serves it.
 struct Connection {
@@ -109,89 +58,12 @@ struct Connection {
     bool prepared = false;                   // the head parsed (prepareRequest ran)
     bool routed = false;                     // a route handler made this request's reply
     bool body_unread = false;                // a body cpp-httplib does not read (a GET's): close after the reply
-    bool in_handler = false;                 // guarded by ServerCore::connections_mutex_
+    bool in_handler = false;                 // guarded by HttpServer::Impl::connections_mutex
 };
 
 // The connection the calling worker serves, and the server it serves it for (cpp-httplib's callbacks carry neither).
 thread_local Connection* t_connection = nullptr;
 thread_local const void* t_server = nullptr;
-// Set while the accepting thread refuses a connection because every worker is busy and the queue is full.
-thread_local bool t_refuse_connection = false;
-
-// cpp-httplib's server with this layer's connection handling.
-class Library final : public httplib::Server {
-public:
-    explicit Library(std::function<void(int)> serve_socket) : serve_socket_(std::move(serve_socket)) {}
-
-    // cpp-httplib's parsing, routing and writing of one request, on a stream of this layer.
-    bool processRequest(httplib::Stream& stream, bool close_connection, bool& connection_closed,
-                        const std::function<void(httplib::Request&)>& setup_request) {
-        return process_request(stream, close_connection, connection_closed, setup_request);
-    }
-    void raiseBacklog(int backlog) { ::listen(svr_sock_, backlog); }
-    // Closes the listening socket; the accepting loop ends (cpp-httplib's stop() does the same, but only once the
-    // loop runs).
-    void closeListener() {
-        const socket_t sock = svr_sock_.exchange(INVALID_SOCKET);
-        if (sock == INVALID_SOCKET) return;
-        ::shutdown(sock, SHUT_RDWR);
-        ::close(sock);
-    }
-
-private:
-    // NOTE: cpp-httplib's extension point (its SSLServer overrides it too): every accepted socket arrives here on
-    // a task-queue thread, and the override owns it from then on.
-    bool process_and_close_socket(socket_t sock) override {
-        serve_socket_(sock);
-        return true;
-    }
-
-    std::function<void(int)> serve_socket_;
-};
-
-// cpp-httplib's task queue on the layer's bounded pool: when it is full, the job runs on the accepting thread in
-// refusal mode (it answers 503 and closes), so that no socket waits without bound.
-class PooledQueue final : public httplib::TaskQueue {
-public:
-    PooledQueue(int num_threads, int max_queued) : pool_(num_threads, max_queued) {}
-    void enqueue(std::function<void()> job) override {
-        if (pool_.tryPost(job)) return;
-        t_refuse_connection = true;
-        job();
-        t_refuse_connection = false;
-    }
-    void shutdown() override { pool_.shutdown(); }
-
-private:
-    detail::WorkerPool pool_;
-};
-
-// A streaming reply's writer over cpp-httplib's chunk sink.
-class ChunkWriter final : public StreamWriter {
-public:
-    ChunkWriter(httplib::DataSink& sink, int fd, const std::atomic<bool>& stopping)
-        : sink_(sink), fd_(fd), stopping_(stopping) {}
-
-    bool write(std::string_view bytes) override {
-        if (failed_) return false;
-        if (bytes.empty()) return true;
-        if (!sink_.write(bytes.data(), bytes.size())) failed_ = true;
-        return !failed_;
-    }
-    bool connected() override {
-        if (failed_ || stopping_.load()) return false;
-        if (detail::peerClosed(fd_)) failed_ = true;
-        return !failed_;
-    }
-    bool stopping() const override { return stopping_.load(); }
-    bool failed() const { return failed_; }
-
-private:
-    httplib::DataSink& sink_;
-    const int fd_;
-    const std::atomic<bool>& stopping_;
-    bool failed_ = false;
-};
 
 }  // namespace
 
@@ -234,35 +106,6 @@ struct HttpServer::Impl {
     int handlers_in_flight = 0;
 };
 
-namespace {
-
-void fillRejection(httplib::Response& response, const HttpRejection& rejection, const std::string& allow) {
-    response.status = rejection.status;
-    response.set_content(errorBody(rejection.status, rejection.message), "application/json");
-    if (!allow.empty()) response.set_header("Allow", allow);
-    response.set_header("Connection", "close");
-}
-
-HttpRequest toRequest(const httplib::Request& request) {
-    HttpRequest out;
-    out.method = request.method;
-    out.path = request.path;
-    const size_t query = request.target.find('?');
-    if (query != std::string::npos) out.query = request.target.substr(query + 1);
-    out.headers.reserve(request.headers.size());
-    for (const auto& [name, value] : request.headers) {
-        std::string lower = name;
-        std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-        if (!isLibraryHeader(lower)) out.headers.emplace_back(std::move(lower), value);
-    }
-    out.body = request.body;
-    out.remote_address = request.remote_addr;
-    out.remote_port = request.remote_port;
-    return out;
-}
-
-}  // namespace
-
 HttpServer::Impl::Impl(HttpServerOptions options_in)
     : options(std::move(options_in)), library([this](int fd) { serveSocket(fd); }) {
     library.new_task_queue = [this] { return new PooledQueue(options.num_threads, options.max_queued_connections); };
@@ -276,8 +119,8 @@ HttpServer::Impl::Impl(HttpServerOptions options_in)
     library.set_keep_alive_max_count(static_cast<size_t>(std::max(1, options.max_keep_alive_requests)));
     library.set_keep_alive_timeout(static_cast<time_t>(options.keep_alive_timeout.count()));
     library.set_payload_max_length(options.max_body_bytes);
-    library.set_pre_routing_handler(httplib::Server::HandlerWithResponse(
-        [this](const httplib::Request& request, httplib::Response& response) {
+    library.set_pre_routing_handler(
+        httplib::Server::HandlerWithResponse([this](const httplib::Request& request, httplib::Response& response) {
             const Connection* c = t_connection;
             std::string allow;
             std::optional<HttpRejection> rejection =
@@ -343,7 +186,8 @@ core::Status HttpServerOptions::validate() const {
     if (host.empty()) return bad("host is empty");
     if (port < 0 || port > 65535) return bad(fmt::format("port {} is outside [0, 65535]", port));
     if (num_threads < 1) return bad(fmt::format("num_threads {} must be at least 1", num_threads));
-    if (max_queued_connections < 0) return bad(fmt::format("max_queued_connections {} is negative", max_queued_connections));
+    if (max_queued_connections < 0)
+        return bad(fmt::format("max_queued_connections {} is negative", max_queued_connections));
     if (read_timeout.count() <= 0 || write_timeout.count() <= 0 || keep_alive_timeout.count() <= 0) {
         return bad("read_timeout, write_timeout and keep_alive_timeout must be positive");
     }
@@ -457,7 +301,7 @@ void HttpServer::Impl::shutdownConnections(bool spare_handlers) {
 }
 
 void HttpServer::Impl::serveSocket(int fd) {
-    if (t_refuse_connection) {
+    if (PooledQueue::refusing()) {
         (void)detail::sendAll(fd,
                               detail::serverErrorReply(503, fmt::format("{} is busy: every thread serves a connection "
                                                                         "and the queue is full; retry later",
@@ -484,8 +328,9 @@ void HttpServer::Impl::serveSocket(int fd) {
             } catch (...) {
                 AFD_LOG_ERROR("{}: serving a connection failed with a non-standard exception", options.name);
             }
-            if (linger) detail::drainBeforeClose(fd, std::min<std::chrono::milliseconds>(options.read_timeout, kMaxLinger),
-                                                 kMaxLingerBytes);
+            if (linger)
+                detail::drainBeforeClose(fd, std::min<std::chrono::milliseconds>(options.read_timeout, kMaxLinger),
+                                         kMaxLingerBytes);
             t_connection = nullptr;
             t_server = nullptr;
             untrack(&connection);
@@ -524,7 +369,7 @@ bool HttpServer::Impl::serveRequests(Connection& c) {
                                   Clock::now() + options.write_timeout);
             return true;
         }
-        if (!written) return false;        // the client left, a write failed, or a stream ended early
+        if (!written) return false;                   // the client left, a write failed, or a stream ended early
         if (!c.routed || c.body_unread) return true;  // request bytes may be left: never read them as a request
         if (connection_closed) return false;
         wait_until = Clock::now() + options.keep_alive_timeout;
@@ -544,8 +389,8 @@ void HttpServer::Impl::prepareRequest(Connection& c, httplib::Request& request) 
         checkRequestFraming(lengths, request.has_header("Transfer-Encoding"), options.max_body_bytes, body_bytes);
     // cpp-httplib reads the body of these methods only. Without Content-Length a request has no body (RFC 9112
     // §6.3), but cpp-httplib would read one to the end of the connection.
-    const bool body_read = request.method == "POST" || request.method == "PUT" || request.method == "PATCH" ||
-                           request.method == "DELETE";
+    const bool body_read =
+        request.method == "POST" || request.method == "PUT" || request.method == "PATCH" || request.method == "DELETE";
     if (!c.rejection && lengths.empty() && body_read) request.set_header("Content-Length", "0");
     c.body_unread = !body_read && body_bytes > 0;
     request.headers.erase("Accept-Encoding");

@@ -8,12 +8,13 @@
 namespace afd::cli {
 
 void addBenchCommand(CLI::App& app, int& exit_code) {
-    CLI::App* bench = app.add_subcommand("bench", "GPU benchmarks");
+    CLI::App* bench = app.add_subcommand("bench", "GPU benchmarks, and a load client for OpenAI-compatible servers");
     bench->require_subcommand(1);
     addBenchMoeCommand(*bench, exit_code);
     addBenchRouterCommand(*bench, exit_code);
     addBenchStreamCommand(*bench, exit_code);
     addBenchGenerateCommand(*bench, exit_code);
+    addBenchServeCommand(*bench, exit_code);
 }
 
 }  // namespace afd::cli
