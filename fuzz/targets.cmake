@@ -5,12 +5,13 @@
 # AFD_FUZZ_SOURCES_<name> into ${CMAKE_CURRENT_BINARY_DIR}/bin/<name>_fuzz (a folder of its own: Ninja already
 # names the target's phony alias fuzz/<name>_fuzz), as part of ALL so that CI builds it. AFD_FUZZ_DEFINES_<name>
 # adds compiler flags, AFD_FUZZ_LIBS_<name> libraries to link.
-# Headers under src/core, src/http, src/model, src/transport and src/tokenizer are dependencies, so editing one
-# rebuilds the targets.
+# Headers under src/core, src/http, src/model, src/transport, src/tokenizer and src/serve are dependencies, so editing
+# one rebuilds the targets.
 
 file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/bin)
 file(GLOB afd_fuzz_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/core/*.h ${PROJECT_SOURCE_DIR}/src/http/*.h
-     ${PROJECT_SOURCE_DIR}/src/model/*.h ${PROJECT_SOURCE_DIR}/src/transport/*.h ${PROJECT_SOURCE_DIR}/src/tokenizer/*.h)
+     ${PROJECT_SOURCE_DIR}/src/model/*.h ${PROJECT_SOURCE_DIR}/src/transport/*.h ${PROJECT_SOURCE_DIR}/src/tokenizer/*.h
+     ${PROJECT_SOURCE_DIR}/src/serve/*.h)
 
 function(afd_fuzz_target name)
     set(target ${name}_fuzz)
@@ -85,3 +86,13 @@ list(APPEND AFD_FUZZ_SOURCES_tokenizer src/core/check.cpp src/core/json_fields.c
 set(AFD_FUZZ_DEFINES_tokenizer -DPCRE2_CODE_UNIT_WIDTH=8 -DAFD_FUZZ_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 set(AFD_FUZZ_LIBS_tokenizer ${AFD_PCRE2_LIBRARY} ${AFD_UTF8PROC_LIBRARY})
 afd_fuzz_target(tokenizer)
+
+# The API server's request parser (src/serve/api_request.h) on arbitrary bytes as a chat-completions and as a
+# completions body; accepted chats are rendered by the Qwen3 template and tokenized.
+file(GLOB AFD_FUZZ_SOURCES_chat_request RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS
+     ${PROJECT_SOURCE_DIR}/src/tokenizer/*.cpp)
+list(APPEND AFD_FUZZ_SOURCES_chat_request src/serve/api_request.cpp src/core/check.cpp src/core/json_fields.cpp
+     src/core/mapped_file.cpp src/core/status.cpp src/core/unique_fd.cpp)
+set(AFD_FUZZ_DEFINES_chat_request -DPCRE2_CODE_UNIT_WIDTH=8 -DAFD_FUZZ_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+set(AFD_FUZZ_LIBS_chat_request ${AFD_PCRE2_LIBRARY} ${AFD_UTF8PROC_LIBRARY})
+afd_fuzz_target(chat_request)

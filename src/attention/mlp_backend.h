@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "attention/device_ops.h"
@@ -52,12 +53,20 @@ public:
     // Whether submit and collect only enqueue work on the ops' stream (no host synchronisation, no host-side
     // dependence on the data), so that a step's layers can be captured in a CUDA graph and replayed.
     virtual bool capturable() const = 0;
-    // Per-layer time this backend spent, for reports; backends without a breakdown return an empty vector.
+    // Per-layer time this backend spent, for reports and metrics; backends without a breakdown return an empty
+    // vector (or span). A remote backend splits its transfers into the A2F side (send) and the F2A side (receive).
     struct LayerTiming {
         double compute_seconds = 0.0;   // local compute
-        double transfer_seconds = 0.0;  // waiting on / moving data to and from peers
+        double transfer_seconds = 0.0;  // waiting on / moving data to and from peers: send_seconds + receive_seconds
+        double send_seconds = 0.0;      // A2F: getting the layer's rows out to the peers
+        double receive_seconds = 0.0;   // F2A: waiting for and taking in the peers' results
+        int64_t num_crossings = 0;      // (layer, stage) submissions that went to the peers
     };
+    // Totals since the backend was created, one entry per decoder layer.
     virtual std::vector<LayerTiming> layerTimings() const { return {}; }
+    // The last step's (since its beginStep), one entry per decoder layer; valid until the next beginStep. Engine
+    // thread only; no copy, so that a per-step reader allocates nothing.
+    virtual std::span<const LayerTiming> stepLayerTimings() const { return {}; }
 };
 
 }  // namespace afd::attention

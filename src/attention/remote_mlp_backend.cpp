@@ -35,7 +35,8 @@ RemoteMlpBackend::RemoteMlpBackend(const model::ModelConfig& config, const model
       connector_(connector),
       ops_(ops),
       pending_(transport::kMaxStages),
-      timings_(static_cast<size_t>(config.num_hidden_layers)) {
+      timings_(static_cast<size_t>(config.num_hidden_layers)),
+      step_timings_(static_cast<size_t>(config.num_hidden_layers)) {
     if (mode == transport::AfdMode::kM2n) {
         auto partition = transport::ExpertPartition::create(config.num_experts, topology.numFfnRanks());
         AFD_CHECK_OK(partition.status());
@@ -50,11 +51,31 @@ void RemoteMlpBackend::reserve(const StepLimits& limits) {
     if (local_ != nullptr) local_->reserve(limits.max_tokens);
 }
 
+void RemoteMlpBackend::addCompute(int64_t layer, double seconds) {
+    timings_[static_cast<size_t>(layer)].compute_seconds += seconds;
+    step_timings_[static_cast<size_t>(layer)].compute_seconds += seconds;
+}
+
+void RemoteMlpBackend::addSend(int64_t layer, double seconds) {
+    for (auto* t : {&timings_[static_cast<size_t>(layer)], &step_timings_[static_cast<size_t>(layer)]}) {
+        t->send_seconds += seconds;
+        t->transfer_seconds += seconds;
+    }
+}
+
+void RemoteMlpBackend::addReceive(int64_t layer, double seconds) {
+    for (auto* t : {&timings_[static_cast<size_t>(layer)], &step_timings_[static_cast<size_t>(layer)]}) {
+        t->receive_seconds += seconds;
+        t->transfer_seconds += seconds;
+    }
+}
+
 bool RemoteMlpBackend::crosses(int64_t layer) const {
     return mode_ == transport::AfdMode::kP2p || config_.isMoeLayer(layer);
 }
 
 core::Status RemoteMlpBackend::beginStep(const StepPlan& plan) {
+    std::fill(step_timings_.begin(), step_timings_.end(), LayerTiming{});
     transport::StepHeader header;
     header.step = plan.step;
     step_ = plan.step;
@@ -80,9 +101,10 @@ core::Status RemoteMlpBackend::dispatchM2n(int64_t layer, int stage, const core:
     const core::Tensor ids = hostRows(ops_, router_ids_, T, K, core::DType::kI32);
     const core::Tensor weights = hostRows(ops_, router_weights_, T, K);
     if (T > 0) local_->route(layer, x_tensor, ids, weights);
-    timings_[static_cast<size_t>(layer)].compute_seconds += secondsSince(router_start);
+    addCompute(layer, secondsSince(router_start));
     // The hidden rows the frames carry; staging them waits for the router's ids and weights too.
-    const float* x = stageIn(layer, p, x_tensor);
+    const auto send_start = std::chrono::steady_clock::now();
+    const float* x = stageIn(p, x_tensor);
     const int32_t* router_ids = ids.data<int32_t>();
     const float* router_weights = weights.data<float>();
     // Rows for each FFN peer: the tokens with at least one expert in its range.
@@ -129,15 +151,13 @@ core::Status RemoteMlpBackend::dispatchM2n(int64_t layer, int stage, const core:
             core::Tensor::view(p.send_weights.data() + first * K, core::DType::kF32, {rows, K}),
         };
     }
-    const auto send_start = std::chrono::steady_clock::now();
-    AFD_RETURN_IF_ERROR(
-        connector_.dispatch({step_, static_cast<uint32_t>(layer), static_cast<uint32_t>(stage)}, p.payloads));
-    timings_[static_cast<size_t>(layer)].transfer_seconds += secondsSince(send_start);
-    return core::Status::ok();
+    const core::Status sent =
+        connector_.dispatch({step_, static_cast<uint32_t>(layer), static_cast<uint32_t>(stage)}, p.payloads);
+    addSend(layer, secondsSince(send_start));
+    return sent;
 }
 
-const float* RemoteMlpBackend::stageIn(int64_t layer, PendingStage& p, const core::Tensor& x) {
-    const auto start = std::chrono::steady_clock::now();
+const float* RemoteMlpBackend::stageIn(PendingStage& p, const core::Tensor& x) {
     const auto* rows = static_cast<const float*>(x.rawData());
     if (!isHostF32(x)) {
         const core::Tensor host_x = hostRows(ops_, p.in_staging, p.num_tokens, config_.hidden_size);
@@ -145,7 +165,6 @@ const float* RemoteMlpBackend::stageIn(int64_t layer, PendingStage& p, const cor
         rows = host_x.data<float>();
     }
     ops_.synchronize();
-    timings_[static_cast<size_t>(layer)].transfer_seconds += secondsSince(start);
     return rows;
 }
 
@@ -154,13 +173,11 @@ float* RemoteMlpBackend::hostOut(PendingStage& p) {
     return p.host_out.data<float>();
 }
 
-void RemoteMlpBackend::stageOut(int64_t layer, PendingStage& p) {
+void RemoteMlpBackend::stageOut(PendingStage& p) {
     if (isHostF32(p.out)) return;  // assembled in place
-    const auto start = std::chrono::steady_clock::now();
     ops_.copy(p.host_out, p.out);
     // NOTE: waited for here so that the staging rows (and the connector's receive buffers) are free at once.
     ops_.synchronize();
-    timings_[static_cast<size_t>(layer)].transfer_seconds += secondsSince(start);
 }
 
 core::Status RemoteMlpBackend::submit(int64_t layer, int stage, const core::Tensor& x_tensor, const core::Tensor& out) {
@@ -178,20 +195,22 @@ core::Status RemoteMlpBackend::submit(int64_t layer, int stage, const core::Tens
         // A dense layer of an m2n rank: on the ops' device, in order with the ops.
         const auto start = std::chrono::steady_clock::now();
         if (p.num_tokens > 0) local_->denseMlp(layer, x_tensor, out);
-        timings_[static_cast<size_t>(layer)].compute_seconds += secondsSince(start);
+        addCompute(layer, secondsSince(start));
         return core::Status::ok();
     }
+    ++timings_[static_cast<size_t>(layer)].num_crossings;
+    ++step_timings_[static_cast<size_t>(layer)].num_crossings;
     if (mode_ == transport::AfdMode::kM2n) return dispatchM2n(layer, stage, x_tensor, p);
-    const float* x = stageIn(layer, p, x_tensor);
+    const auto send_start = std::chrono::steady_clock::now();
+    const float* x = stageIn(p, x_tensor);
     const int64_t num_tokens = p.num_tokens;
     p.payloads.assign(1, {});
     p.payloads[0].rows = static_cast<uint32_t>(num_tokens);
     p.payloads[0].segments = {core::Tensor::view(const_cast<float*>(x), core::DType::kF32, {num_tokens, H})};
-    const auto start = std::chrono::steady_clock::now();
-    AFD_RETURN_IF_ERROR(
-        connector_.dispatch({step_, static_cast<uint32_t>(layer), static_cast<uint32_t>(stage)}, p.payloads));
-    timings_[static_cast<size_t>(layer)].transfer_seconds += secondsSince(start);
-    return core::Status::ok();
+    const core::Status sent =
+        connector_.dispatch({step_, static_cast<uint32_t>(layer), static_cast<uint32_t>(stage)}, p.payloads);
+    addSend(layer, secondsSince(send_start));
+    return sent;
 }
 
 core::Status RemoteMlpBackend::collect(int64_t layer, int stage) {
@@ -203,7 +222,6 @@ core::Status RemoteMlpBackend::collect(int64_t layer, int stage) {
     AFD_ASSIGN_OR_RETURN(std::span<const transport::ReceivedFrame> frames,
                          connector_.combine({step_, static_cast<uint32_t>(layer), static_cast<uint32_t>(stage)},
                                             transport::hiddenSpec(H)));
-    timings_[static_cast<size_t>(layer)].transfer_seconds += secondsSince(start);
     const auto peers = connector_.peers();
     if (mode_ == transport::AfdMode::kP2p) {
         if (frames[0].rows != p.num_tokens) {
@@ -213,10 +231,9 @@ core::Status RemoteMlpBackend::collect(int64_t layer, int stage) {
         // The frame's rows go straight to the runner's output (converted and copied when it is not FP32 host).
         const core::Tensor& rows = frames[0].segments[0];
         AFD_CHECK(rows.dtype() == core::DType::kF32 && rows.numel() == p.num_tokens * H, "bad p2p frame segment");
-        const auto copy_start = std::chrono::steady_clock::now();
         ops_.copy(rows, p.out);
         ops_.synchronize();
-        timings_[static_cast<size_t>(layer)].transfer_seconds += secondsSince(copy_start);
+        addReceive(layer, secondsSince(start));
         return core::Status::ok();
     }
     // The combine: each token's MoE output is the sum of its FFN ranks' partial sums, in rank order.
@@ -234,7 +251,8 @@ core::Status RemoteMlpBackend::collect(int64_t layer, int stage) {
             for (int64_t h = 0; h < H; ++h) dst[h] += src[h];
         }
     }
-    stageOut(layer, p);
+    stageOut(p);
+    addReceive(layer, secondsSince(start));
     return core::Status::ok();
 }
 

@@ -47,7 +47,11 @@ public:
     // error is unusable (transport/connector.h), so no step can follow.
     core::Status resetAfterFailedStep() override;
     bool capturable() const override { return false; }
+    // send_seconds (A2F): staging the rows to the host (after waiting for the ops' stream, so the work enqueued
+    // before is included on a device), m2n's packing per peer, and the connector's dispatch. receive_seconds (F2A):
+    // the connector's combine (waiting for every peer's frame), the m2n sum of partials, and the copy to the output.
     std::vector<LayerTiming> layerTimings() const override { return timings_; }
+    std::span<const LayerTiming> stepLayerTimings() const override { return step_timings_; }
 
     bool crosses(int64_t layer) const;
 
@@ -71,11 +75,15 @@ private:
     core::Status dispatchM2n(int64_t layer, int stage, const core::Tensor& x, PendingStage& p);
     // Returns x as FP32 host rows (x itself, or its copy in p.in_staging), after synchronising the ops' stream (work
     // enqueued before, the router's, is done too).
-    const float* stageIn(int64_t layer, PendingStage& p, const core::Tensor& x);
+    const float* stageIn(PendingStage& p, const core::Tensor& x);
     // Sets and returns p.host_out: FP32 host rows to assemble the result in (p.out itself, or p.out_staging rows).
     float* hostOut(PendingStage& p);
     // Copies p.host_out into p.out when they differ, and waits for the copy.
-    void stageOut(int64_t layer, PendingStage& p);
+    void stageOut(PendingStage& p);
+    // Adds to the layer's totals and its step figures.
+    void addCompute(int64_t layer, double seconds);
+    void addSend(int64_t layer, double seconds);
+    void addReceive(int64_t layer, double seconds);
 
     const model::ModelConfig& config_;
     const model::ModelWeights& weights_;
@@ -85,10 +93,11 @@ private:
     std::vector<transport::ExpertRange> peer_ranges_;  // m2n: the expert range of each FFN peer
     uint64_t step_ = 0;
     std::vector<PendingStage> pending_;
-    std::unique_ptr<LocalMlpOps> local_;  // m2n: the router and the dense layers
-    core::Tensor router_ids_;             // [Σ, K] I32 host (pinned on a GPU), grown to the largest stage
-    core::Tensor router_weights_;         // [Σ, K] F32 host
-    std::vector<LayerTiming> timings_;
+    std::unique_ptr<LocalMlpOps> local_;     // m2n: the router and the dense layers
+    core::Tensor router_ids_;                // [Σ, K] I32 host (pinned on a GPU), grown to the largest stage
+    core::Tensor router_weights_;            // [Σ, K] F32 host
+    std::vector<LayerTiming> timings_;       // since construction
+    std::vector<LayerTiming> step_timings_;  // since the last beginStep
 };
 
 }  // namespace afd::attention

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "core/status.h"
@@ -20,6 +21,15 @@ public:
                                     const float* weights, float* out) = 0;
     // p2p: the whole MLP/MoE block of `layer` (router and experts, or the dense MLP). x, out [T, H] F32.
     virtual core::Status mlpBlock(int64_t layer, int64_t num_tokens, const float* x, float* out) = 0;
+
+    // p2p: fills `totals` [num_experts] with the tokens this compute's own router has sent to each expert since it
+    // was created (summed over layers; padding rows left out) and returns true; false when it keeps no such count
+    // (then `totals` is untouched; m2n computes route nothing: FfnRunner counts the frames' ids). Thread-safe: any
+    // thread, while calls run (the admin thread renders /metrics), also after release().
+    virtual bool routedTokenTotals(std::span<uint64_t> totals) const {
+        (void)totals;
+        return false;
+    }
 
     // "cpu", "cuda:3 (NVIDIA H200)".
     virtual std::string describe() const = 0;

@@ -18,7 +18,8 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 FfnRunner::FfnRunner(const model::ModelConfig& config, transport::AfdMode mode, int64_t num_local_experts,
-                     FfnCompute& compute, transport::FfnConnector& connector, core::MetricsRegistry& metrics)
+                     FfnCompute& compute, transport::FfnConnector& connector, core::MetricsRegistry& metrics,
+                     int64_t expert_begin)
     : config_(config),
       mode_(mode),
       num_local_experts_(num_local_experts),
@@ -39,6 +40,17 @@ FfnRunner::FfnRunner(const model::ModelConfig& config, transport::AfdMode mode, 
             &metrics.counter("afd_ffn_layer_compute_seconds_total", "Time spent computing each layer.", labels));
         layer_wait_.push_back(&metrics.counter("afd_ffn_layer_wait_seconds_total",
                                                "Time spent receiving and sending each layer's frames.", labels));
+    }
+    routed_totals_.assign(static_cast<size_t>(num_local_experts), 0);
+    if (m2n) {
+        expert_tokens_ = std::make_unique<ExpertTokenCounters>(metrics, expert_begin, num_local_experts);
+    } else if (compute.routedTokenTotals(routed_totals_)) {
+        // p2p: the compute routes and counts; its totals reach the counters whenever the registry renders.
+        expert_tokens_ = std::make_unique<ExpertTokenCounters>(metrics, expert_begin, num_local_experts);
+        expert_tokens_->addTotals(routed_totals_);
+        routed_collector_ = metrics.addCollector([this] {
+            if (compute_.routedTokenTotals(routed_totals_)) expert_tokens_->addTotals(routed_totals_);
+        });
     }
 }
 
@@ -109,6 +121,7 @@ core::Status FfnRunner::serveStage(const transport::StepInfo& info, int64_t laye
         std::memcpy(ids_.data() + starts[p] * K, ids, f.rows * K * sizeof(int32_t));
         std::memcpy(weights_.data() + starts[p] * K, f.segments[2].rawData(), f.rows * K * sizeof(float));
     }
+    if (m2n) expert_tokens_->addLocalIds(std::span<const int32_t>(ids_.data(), static_cast<size_t>(total * K)));
 
     const auto compute_start = std::chrono::steady_clock::now();
     if (total > 0) {

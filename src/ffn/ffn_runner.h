@@ -2,14 +2,20 @@
 // then for each crossing layer (m2n: MoE layers; p2p: every layer) and each stage in order: receive the A2F
 // frames of all peers, compute on the gathered tokens, send each peer its F2A frame.
 //
+// Metrics (on the registry given): steps, tokens, per-layer compute and wait seconds, and the tokens routed to each
+// of the rank's experts (ExpertTokenCounters: m2n from the frames' ids; p2p from the compute's own count, folded in
+// when the registry renders, when the compute keeps one).
+//
 // Threads: used by the worker thread only (the connector's cancel() is the one call another thread makes).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/metrics.h"
 #include "core/status.h"
+#include "ffn/expert_token_counters.h"
 #include "ffn/ffn_compute.h"
 #include "model/model_config.h"
 #include "transport/connector.h"
@@ -26,10 +32,11 @@ struct FfnRunnerStats {
 
 class FfnRunner {
 public:
-    // `expert_begin`: the first expert of this rank's range (m2n), to validate the peers' local ids against
-    // [-1, num_local_experts).
+    // `num_local_experts`: the size of this rank's expert range, to validate the peers' local ids against
+    // [-1, num_local_experts); `expert_begin`: its first expert (the expert label of the token counters). p2p ranks
+    // hold every expert (0, num_experts).
     FfnRunner(const model::ModelConfig& config, transport::AfdMode mode, int64_t num_local_experts, FfnCompute& compute,
-              transport::FfnConnector& connector, core::MetricsRegistry& metrics);
+              transport::FfnConnector& connector, core::MetricsRegistry& metrics, int64_t expert_begin = 0);
 
     // Waits for the next step header from every active peer (info.all_left when none is left).
     core::Result<transport::StepInfo> receiveStep();
@@ -60,6 +67,9 @@ private:
     core::Counter& tokens_total_;
     std::vector<core::Counter*> layer_compute_;
     std::vector<core::Counter*> layer_wait_;
+    std::unique_ptr<ExpertTokenCounters> expert_tokens_;  // null when nothing counts (a p2p compute without a count)
+    std::vector<uint64_t> routed_totals_;                 // the collector's scratch
+    core::MetricsRegistry::CollectorHandle routed_collector_;  // last: removed before the members it reads
 };
 
 }  // namespace afd::ffn

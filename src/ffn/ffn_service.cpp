@@ -16,11 +16,11 @@
 #include "core/logging.h"
 #include "core/metrics.h"
 #include "core/signal_watcher.h"
-#include "http/http_server.h"
 #include "ffn/compute_factory.h"
 #include "ffn/ffn_runner.h"
 #include "ffn/ffn_worker.h"
 #include "ffn/status_file.h"
+#include "http/http_server.h"
 #include "model/checkpoint.h"
 #include "model/fingerprint.h"
 #include "model/model_config.h"
@@ -348,7 +348,7 @@ Status Service::connect() {
 
 void Service::serve() {
     runner_ = std::make_unique<FfnRunner>(model_config_, afd_.mode(), experts_.end - experts_.begin, *compute_,
-                                          *connector_, core::globalMetrics());
+                                          *connector_, core::globalMetrics(), experts_.begin);
     worker_ = std::make_unique<FfnWorker>(*runner_, *connector_, [this] { wake(); });
     state_ = State::kServing;
     worker_->start();

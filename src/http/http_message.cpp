@@ -32,8 +32,8 @@ HttpReply HttpReply::json(int status, std::string body) {
     return reply;
 }
 
-HttpReply HttpReply::error(int status, std::string_view message, std::string_view type) {
-    return json(status, errorBody(status, message, type));
+HttpReply HttpReply::error(int status, std::string_view message, std::string_view type, std::string_view param) {
+    return json(status, errorBody(status, message, type, param));
 }
 
 HttpReply HttpReply::eventStream(StreamProducer producer) {
@@ -51,11 +51,11 @@ std::string_view defaultErrorType(int status) {
     return "error";
 }
 
-std::string errorBody(int status, std::string_view message, std::string_view type) {
+std::string errorBody(int status, std::string_view message, std::string_view type, std::string_view param) {
     const nlohmann::json body = {{"error",
                                   {{"message", message},
                                    {"type", type.empty() ? defaultErrorType(status) : type},
-                                   {"param", nullptr},
+                                   {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
                                    {"code", status}}}};
     // NOTE: invalid UTF-8 in a message (a client's bytes quoted back) is replaced, never thrown.
     return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

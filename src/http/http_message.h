@@ -59,14 +59,15 @@ using StreamProducer = std::function<void(StreamWriter&)>;
 struct HttpReply {
     int status = 200;  // 100..599; anything else is answered 500
     std::string content_type = "text/plain; charset=utf-8";
-    std::string body;  // ignored when stream is set
+    std::string body;                                          // ignored when stream is set
     std::vector<std::pair<std::string, std::string>> headers;  // extra headers (not Content-Type or Content-Length)
     StreamProducer stream;
 
     static HttpReply text(int status, std::string body);
     static HttpReply json(int status, std::string body);  // application/json
     // An error with errorBody()'s JSON body.
-    static HttpReply error(int status, std::string_view message, std::string_view type = {});
+    static HttpReply error(int status, std::string_view message, std::string_view type = {},
+                           std::string_view param = {});
     // 200, text/event-stream, Cache-Control: no-cache, the body written by `producer`.
     static HttpReply eventStream(StreamProducer producer);
 };
@@ -76,8 +77,9 @@ struct HttpReply {
 using HttpHandler = std::function<HttpReply(const HttpRequest&)>;
 
 // OpenAI's error object, so that API clients read the errors of every route alike:
-// {"error":{"message":M,"type":T,"param":null,"code":status}}. An empty `type` takes defaultErrorType(status).
-std::string errorBody(int status, std::string_view message, std::string_view type = {});
+// {"error":{"message":M,"type":T,"param":P,"code":status}}. An empty `type` takes defaultErrorType(status); an
+// empty `param` (the request field at fault) is null.
+std::string errorBody(int status, std::string_view message, std::string_view type = {}, std::string_view param = {});
 // "invalid_request_error" for 4xx, "server_error" for 5xx (OpenAI's names), "error" otherwise.
 std::string_view defaultErrorType(int status);
 

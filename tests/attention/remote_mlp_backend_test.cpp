@@ -145,6 +145,53 @@ TEST(RemoteMlpBackend, StagesAndConvertsActivationsThatAreNotHostF32) {
     EXPECT_EQ(direct.layerTimings().size(), static_cast<size_t>(config.num_hidden_layers));
 }
 
+TEST(RemoteMlpBackend, SplitsTransfersIntoA2fAndF2aPerStepAndInTotal) {
+    const model::ModelConfig config = tinyConfig();
+    const model::ModelWeights weights;
+    auto topology = transport::Topology::create(1, 1, transport::AfdMode::kP2p);
+    ASSERT_TRUE(topology.isOk());
+    CpuOps cpu;
+    DoublingConnector connector;
+    RemoteMlpBackend backend(config, weights, transport::AfdMode::kP2p, *topology, connector, cpu);
+    const int64_t H = config.hidden_size;
+    Tensor x = Tensor::empty(DType::kF32, {3, H});
+    Tensor out = Tensor::empty(DType::kF32, {3, H});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i % 7);
+    auto runStep = [&](uint64_t step, std::initializer_list<int64_t> layers) {
+        ASSERT_TRUE(backend.beginStep({step, {3}, false, {}}).isOk());
+        for (int64_t layer : layers) {
+            ASSERT_TRUE(backend.submit(layer, 0, x, out).isOk());
+            ASSERT_TRUE(backend.collect(layer, 0).isOk());
+        }
+        ASSERT_TRUE(backend.endStep().isOk());
+    };
+    runStep(1, {0, 1});
+    const auto L = static_cast<size_t>(config.num_hidden_layers);
+    ASSERT_EQ(backend.stepLayerTimings().size(), L);
+    for (size_t l = 0; l < L; ++l) {
+        const auto& t = backend.stepLayerTimings()[l];
+        EXPECT_EQ(t.num_crossings, l < 2 ? 1 : 0) << l;
+        EXPECT_GE(t.send_seconds, 0.0);
+        EXPECT_GE(t.receive_seconds, 0.0);
+        EXPECT_DOUBLE_EQ(t.transfer_seconds, t.send_seconds + t.receive_seconds);
+        if (l >= 2) {
+            EXPECT_EQ(t.transfer_seconds, 0.0);
+        }
+    }
+    const double step1_send = backend.stepLayerTimings()[0].send_seconds;
+    // The next step starts its figures from zero; the totals keep adding up.
+    runStep(2, {1});
+    EXPECT_EQ(backend.stepLayerTimings()[0].num_crossings, 0);
+    EXPECT_EQ(backend.stepLayerTimings()[0].send_seconds, 0.0);
+    EXPECT_EQ(backend.stepLayerTimings()[1].num_crossings, 1);
+    const auto totals = backend.layerTimings();
+    EXPECT_EQ(totals[0].num_crossings, 1);
+    EXPECT_EQ(totals[1].num_crossings, 2);
+    EXPECT_DOUBLE_EQ(totals[0].send_seconds, step1_send);
+    EXPECT_DOUBLE_EQ(totals[1].transfer_seconds, totals[1].send_seconds + totals[1].receive_seconds);
+    EXPECT_GT(totals[1].send_seconds + totals[1].receive_seconds, 0.0);
+}
+
 TEST(LocalMlpBackend, IsCapturableAndMadeOnlyForTheHost) {
     const model::ModelConfig config = tinyConfig();
     const model::ModelWeights weights;

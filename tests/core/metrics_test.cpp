@@ -139,6 +139,110 @@ TEST(Metrics, MisuseIsABug) {
     EXPECT_THROW(registry.gauge("afd_y", "h", {{"a:b", "v"}}), Error);
 }
 
+TEST(Metrics, HistogramsRenderCumulativeBucketsSumAndCount) {
+    MetricsRegistry registry;
+    Histogram& ttft =
+        registry.histogram("afd_ttft_seconds", "Time to first token.", {0.1, 0.5, 2.5}, {{"endpoint", "chat"}});
+    Histogram& bare = registry.histogram("afd_bare_seconds", "No labels.", {1});
+    for (double v : {0.05, 0.1, 0.3, 0.5, 0.6, 3.0, 100.0}) ttft.observe(v);
+    bare.observe(std::nan(""));  // not counted
+    EXPECT_EQ(registry.render(),
+              "# HELP afd_ttft_seconds Time to first token.\n"
+              "# TYPE afd_ttft_seconds histogram\n"
+              "afd_ttft_seconds_bucket{endpoint=\"chat\",le=\"0.1\"} 2\n"
+              "afd_ttft_seconds_bucket{endpoint=\"chat\",le=\"0.5\"} 4\n"
+              "afd_ttft_seconds_bucket{endpoint=\"chat\",le=\"2.5\"} 5\n"
+              "afd_ttft_seconds_bucket{endpoint=\"chat\",le=\"+Inf\"} 7\n"
+              "afd_ttft_seconds_sum{endpoint=\"chat\"} 104.55\n"
+              "afd_ttft_seconds_count{endpoint=\"chat\"} 7\n"
+              "# HELP afd_bare_seconds No labels.\n"
+              "# TYPE afd_bare_seconds histogram\n"
+              "afd_bare_seconds_bucket{le=\"1\"} 0\n"
+              "afd_bare_seconds_bucket{le=\"+Inf\"} 0\n"
+              "afd_bare_seconds_sum 0\n"
+              "afd_bare_seconds_count 0\n");
+    const Histogram::Snapshot snap = ttft.snapshot();
+    EXPECT_EQ(snap.cumulative, (std::vector<uint64_t>{2, 4, 5, 7}));
+    EXPECT_EQ(snap.count(), 7u);
+    EXPECT_DOUBLE_EQ(snap.sum, 104.55);
+}
+
+TEST(Metrics, HistogramSeriesShareTheirFamilysBounds) {
+    MetricsRegistry registry;
+    Histogram& a = registry.histogram("afd_h", "H.", {1, 2}, {{"layer", "0"}});
+    Histogram& again = registry.histogram("afd_h", "H.", {1, 2}, {{"layer", "0"}});
+    Histogram& b = registry.histogram("afd_h", "H.", {1, 2}, {{"layer", "1"}});
+    EXPECT_EQ(&a, &again);
+    EXPECT_NE(&a, &b);
+    EXPECT_EQ(b.upperBounds(), (std::vector<double>{1, 2}));
+    EXPECT_THROW(registry.histogram("afd_h", "H.", {1, 3}, {{"layer", "2"}}), Error);  // other bounds
+    EXPECT_THROW(registry.counter("afd_h", "H.", {{"layer", "0"}}), Error);            // other type
+    EXPECT_THROW(registry.histogram("afd_h2", "h", {2, 1}), Error);                    // not increasing
+    EXPECT_THROW(registry.histogram("afd_h3", "h", {1, 1}), Error);                    // not strictly
+    EXPECT_THROW(registry.histogram("afd_h4", "h", {1, std::numeric_limits<double>::infinity()}), Error);
+    EXPECT_THROW(registry.histogram("afd_h5", "h", {1}, {{"le", "x"}}), Error);  // reserved label
+    // A refused first registration leaves no family behind.
+    EXPECT_EQ(registry.render().find("afd_h2"), std::string::npos);
+    registry.gauge("afd_g", "h", {{"le", "fine on a gauge"}});
+}
+
+TEST(Metrics, ExponentialBuckets) {
+    EXPECT_EQ(exponentialBuckets(1, 2, 4), (std::vector<double>{1, 2, 4, 8}));
+    EXPECT_TRUE(exponentialBuckets(1, 2, 0).empty());
+    EXPECT_THROW(exponentialBuckets(0, 2, 3), Error);
+    EXPECT_THROW(exponentialBuckets(1, 1, 3), Error);
+}
+
+TEST(Metrics, ConcurrentObservationsAreNotLost) {
+    MetricsRegistry registry;
+    Histogram& h = registry.histogram("afd_h_seconds", "H.", {0.5, 1.5});
+    constexpr int kThreads = 8;
+    constexpr int kObservations = 50000;
+    {
+        std::vector<std::jthread> threads;
+        for (int t = 0; t < kThreads; ++t) {
+            threads.emplace_back([&] {
+                for (int i = 0; i < kObservations; ++i) h.observe(i % 3);  // 0, 1, 2: one in each bucket
+                (void)registry.render();
+            });
+        }
+    }
+    const Histogram::Snapshot snap = h.snapshot();
+    const uint64_t third = uint64_t{kThreads} * kObservations / 3;
+    EXPECT_EQ(snap.count(), uint64_t{kThreads} * kObservations);
+    EXPECT_NEAR(static_cast<double>(snap.cumulative[0]), static_cast<double>(third), kThreads);
+    EXPECT_NEAR(static_cast<double>(snap.cumulative[1]), 2.0 * static_cast<double>(third), 2.0 * kThreads);
+    EXPECT_DOUBLE_EQ(snap.sum, static_cast<double>(snap.cumulative[1] - snap.cumulative[0]) +
+                                   2.0 * static_cast<double>(snap.count() - snap.cumulative[1]));
+}
+
+TEST(Metrics, CollectorsRunBeforeEachRenderUntilTheirHandleGoes) {
+    MetricsRegistry registry;
+    int calls = 0;
+    Gauge& level = registry.gauge("afd_level", "Level.");
+    auto handle = registry.addCollector([&] {
+        ++calls;
+        level.set(calls * 10);
+        registry.counter("afd_lazy_total", "Registered by the collector.").inc();
+    });
+    EXPECT_NE(registry.render().find("afd_level 10\n"), std::string::npos);
+    const std::string second = registry.render();
+    EXPECT_NE(second.find("afd_level 20\n"), std::string::npos) << second;
+    EXPECT_NE(second.find("afd_lazy_total 2\n"), std::string::npos) << second;
+    MetricsRegistry::CollectorHandle moved = std::move(handle);
+    (void)registry.render();
+    EXPECT_EQ(calls, 3);
+    moved.reset();
+    (void)registry.render();
+    EXPECT_EQ(calls, 3);
+    {
+        MetricsRegistry::CollectorHandle scoped = registry.addCollector([&] { ++calls; });
+        (void)registry.render();
+    }
+    (void)registry.render();
+    EXPECT_EQ(calls, 4);
+}
+
 TEST(Metrics, GlobalRegistryIsOneInstance) { EXPECT_EQ(&globalMetrics(), &globalMetrics()); }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // FfnRunner and FfnWorker against a scripted connector: row checks, expert-id checks, graceful stop of an idle
 // loop through cancel(), and the loop's first error surfaced.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -137,6 +138,26 @@ TEST_F(FfnRunnerTest, ServesEveryMoeLayerAndCountsTokens) {
     EXPECT_EQ(connector_.sent_rows_, (std::vector<uint32_t>{2, 2, 2}));
     EXPECT_EQ(runner_->stats().steps, 1u);
     EXPECT_EQ(runner_->stats().tokens, 3u);
+}
+
+TEST_F(FfnRunnerTest, CountsTheTokensOfEachExpertFromTheFramesIds) {
+    for (int l = 0; l < 3; ++l) connector_.pushFrame(frame(2, 1));
+    ASSERT_TRUE(runner_->serve(stepOf(0, 3)).isOk());
+    const std::string text = metrics_.render();
+    // Two rows to local expert 1 in each of the 3 MoE layers; one series per expert of the rank, at 0 when unused.
+    EXPECT_NE(text.find("afd_ffn_expert_tokens_total{expert=\"1\"} 6\n"), std::string::npos) << text;
+    for (const char* idle : {"0", "2", "3"}) {
+        EXPECT_NE(text.find(fmt::format("afd_ffn_expert_tokens_total{{expert=\"{}\"}} 0\n", idle)), std::string::npos)
+            << text;
+    }
+    EXPECT_EQ(text.find("afd_ffn_expert_tokens_total{expert=\"4\"}"), std::string::npos) << text;
+    // A rank whose range starts at expert 4 labels its local id 1 as expert 5.
+    core::MetricsRegistry other;
+    FfnRunner second(config_, transport::AfdMode::kM2n, 4, *compute_, connector_, other, /*expert_begin=*/4);
+    for (int l = 0; l < 3; ++l) connector_.pushFrame(frame(1, 1));
+    ASSERT_TRUE(second.serve(stepOf(1, 1)).isOk());
+    EXPECT_NE(other.render().find("afd_ffn_expert_tokens_total{expert=\"5\"} 3\n"), std::string::npos)
+        << other.render();
 }
 
 TEST_F(FfnRunnerTest, RefusesMoreRowsThanTheStepHeaderAnnounced) {
