@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The two commands of the README, plus the build they share.
-#   scripts/dev.sh run [afd launch flags…]   set up, build, run the main job (AFD over loopback on CPU)
+#   scripts/dev.sh run [afd quickstart flags…]   set up, build, run the main job (afd serve, AFD over loopback on CPU)
 #   scripts/dev.sh test                      set up, build, run every test
 #   scripts/dev.sh build                     set up and build only
 # Environment: AFD_BUILD_DIR (default build), AFD_BUILD_TYPE (default RelWithDebInfo).
@@ -27,7 +27,7 @@ case "$cmd" in
         ;;
     run)
         build afd
-        exec "$build_dir/src/afd" launch "$@"
+        exec "$build_dir/src/afd" quickstart --tokenizer-dir "$root/third_party/tokenizer" "$@"
         ;;
     *)
         echo "usage: scripts/dev.sh run|test|build" >&2

@@ -80,7 +80,7 @@ core::Status AttentionRank::load() {
     const model::WeightSelection selection =
         afd ? model::WeightSelection::attentionRole(options_.afd->compute_gate_on_attention)
             : model::WeightSelection::everything(config);
-    AFD_ASSIGN_OR_RETURN(weights_, weightsForDevice(source_, selection, device, beside));
+    AFD_ASSIGN_OR_RETURN(weights_, weightsForDevice(source_, selection, device, beside, options_.on_load_progress));
     if (!afd) {
         AFD_ASSIGN_OR_RETURN(backend_, createLocalMlpBackend(config, weights_, *ops_));
         if (options_.wrap_backend) {

@@ -71,6 +71,8 @@ struct AttentionRankOptions {
     ConnectorFactory connector_factory;  // AFD only; optional (tests put a fake connector here)
     // AFD: cancels the rendezvous and connection setup in connect() (e.g. on SIGTERM). Optional; outlives connect().
     const transport::Canceller* setup_cancel = nullptr;
+    // Called on the owner thread in load() after each layer read from the checkpoint (a progress bar). Optional.
+    model::LoadProgress on_load_progress;
 };
 
 // --max-num-batched-tokens when the user gives none: 2048, and under AFD at most afd.max_num_tokens (the most rows a

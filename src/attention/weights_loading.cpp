@@ -21,12 +21,13 @@ core::Status checkWeightsDevice(const ModelSource& source, core::Device device) 
 }
 
 core::Result<model::ModelWeights> weightsForDevice(const ModelSource& source, const model::WeightSelection& selection,
-                                                   core::Device device, uint64_t other_device_bytes) {
+                                                   core::Device device, uint64_t other_device_bytes,
+                                                   const model::LoadProgress& progress) {
     const model::ModelConfig& config = source.config;
     AFD_RETURN_IF_ERROR(checkWeightsDevice(source, device));
     if (device.isCpu()) {
         AFD_CHECK(source.checkpoint.has_value(), "a model source without random weights has a checkpoint");
-        return model::loadWeights(*source.checkpoint, config, selection);
+        return model::loadWeights(*source.checkpoint, config, selection, progress);
     }
 #if defined(AFD_HAVE_CUDA_ATTENTION)
     const int gpu = device.index;
@@ -42,7 +43,8 @@ core::Result<model::ModelWeights> weightsForDevice(const ModelSource& source, co
     }
     AFD_CHECK(source.checkpoint.has_value(), "a model source without random weights has a checkpoint");
     const auto start = std::chrono::steady_clock::now();
-    AFD_ASSIGN_OR_RETURN(const model::ModelWeights host, model::loadWeights(*source.checkpoint, config, selection));
+    AFD_ASSIGN_OR_RETURN(const model::ModelWeights host,
+                         model::loadWeights(*source.checkpoint, config, selection, progress));
     const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     AFD_ASSIGN_OR_RETURN(model::ModelWeights weights, uploadModelWeights(config, host, gpu, {}, &report));
     AFD_LOG_INFO(
@@ -54,6 +56,7 @@ core::Result<model::ModelWeights> weightsForDevice(const ModelSource& source, co
 #else
     (void)selection;
     (void)other_device_bytes;
+    (void)progress;
     return core::invalidArgument("{}: this afd was built without the CUDA backend", device.toString());
 #endif
 }

@@ -18,8 +18,9 @@ core::Status checkWeightsDevice(const ModelSource& source, core::Device device);
 // The weights of `selection` for ops on `device`: on the CPU the host weights loaded from the checkpoint (random
 // weights are refused there, naming --random-weights); on cuda:G uploaded from the checkpoint (the host copy freed on
 // return) or drawn from the source's seed, after checkDeviceWeightsFit with `other_device_bytes` beside them. Logs
-// the bytes and the rates (checkpoint read and packed; uploaded).
+// the bytes and the rates (checkpoint read and packed; uploaded). `progress` follows the checkpoint's layers.
 core::Result<model::ModelWeights> weightsForDevice(const ModelSource& source, const model::WeightSelection& selection,
-                                                   core::Device device, uint64_t other_device_bytes);
+                                                   core::Device device, uint64_t other_device_bytes,
+                                                   const model::LoadProgress& progress = {});
 
 }  // namespace afd::attention

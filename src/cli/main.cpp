@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
     afd::cli::addLaunchCommand(app, exit_code);
     afd::cli::addBenchCommand(app, exit_code);
     afd::cli::addTokenizeCommand(app, exit_code);
+    afd::cli::addServeCommand(app, exit_code);
+    afd::cli::addQuickstartCommand(app, exit_code);
 
     try {
         app.parse(argc, argv);

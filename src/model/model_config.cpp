@@ -443,6 +443,15 @@ ModelConfig presetTiny() {
     return c;
 }
 
+// The tiny shape with Qwen3's vocabulary and special ids, so that the Qwen3 tokenizer's every id is a row of it.
+ModelConfig presetTinyChat() {
+    ModelConfig c = presetTiny();
+    c.vocab_size = 151936;
+    c.eos_token_ids = {151645, 151643};  // <|im_end|>, <|endoftext|>
+    c.bos_token_id = 151643;
+    return c;
+}
+
 ModelConfig presetSmall() {
     ModelConfig c;
     c.vocab_size = 8192;
@@ -466,11 +475,12 @@ ModelConfig presetSmall() {
 core::Result<ModelConfig> ModelConfig::preset(std::string_view name) {
     if (name == "qwen3-30b-a3b") return presetQwen3_30bA3b();
     if (name == "tiny") return presetTiny();
+    if (name == "tiny-chat") return presetTinyChat();
     if (name == "small") return presetSmall();
     return core::notFound("no model preset named \"{}\" (presets: {})", name, fmt::join(presetNames(), ", "));
 }
 
-std::vector<std::string> ModelConfig::presetNames() { return {"tiny", "small", "qwen3-30b-a3b"}; }
+std::vector<std::string> ModelConfig::presetNames() { return {"tiny", "tiny-chat", "small", "qwen3-30b-a3b"}; }
 
 std::string ModelConfig::toJson() const {
     AFD_CHECK(dtype == core::DType::kBf16, "toJson of a {} config (validate() refuses it)", core::dtypeName(dtype));

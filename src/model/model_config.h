@@ -17,6 +17,9 @@
 //   "tiny"           vocab 512, hidden 64, 4 layers (all MoE), 4 heads / 2 kv heads of head_dim 16 (GQA 2:1),
 //                    8 experts top-2 of moe_intermediate 32, intermediate 96, norm_topk_prob, 4096 positions:
 //                    0.31 M params, a forward pass takes milliseconds on one CPU core.
+//   "tiny-chat"      "tiny" with Qwen3's vocabulary (151936) and special ids (eos <|im_end|> 151645 and
+//                    <|endoftext|> 151643, bos 151643): served with the Qwen3 tokenizer (afd quickstart); 19.8 M
+//                    params, nearly all in the embedding and the LM head.
 //   "small"          vocab 8192, hidden 512, 8 layers (all MoE), 8 heads / 2 kv heads of head_dim 64 (GQA 4:1),
 //                    32 experts top-4 of moe_intermediate 192 (the 30B model's 0.375 ratio to hidden),
 //                    intermediate 1024, norm_topk_prob, 8192 positions: 89.3 M params (1.85 M active per layer
@@ -80,7 +83,7 @@ struct ModelConfig {
     static core::Result<ModelConfig> fromJson(std::string_view text, std::string_view source);
     // Reads `path` (a config.json) and parses it; the errors name the path.
     static core::Result<ModelConfig> fromFile(const std::string& path);
-    // Built-in shapes for `afd gen-model --preset`: "tiny", "small", "qwen3-30b-a3b".
+    // Built-in shapes for `afd gen-model --preset`: "tiny", "tiny-chat", "small", "qwen3-30b-a3b".
     static core::Result<ModelConfig> preset(std::string_view name);
     static std::vector<std::string> presetNames();
 

@@ -155,7 +155,8 @@ Status packMlps(Loader& loader, ModelWeights& weights, int64_t num, int64_t H, i
 
 }  // namespace
 
-Result<ModelWeights> loadWeights(const Checkpoint& checkpoint, const ModelConfig& c, const WeightSelection& sel) {
+Result<ModelWeights> loadWeights(const Checkpoint& checkpoint, const ModelConfig& c, const WeightSelection& sel,
+                                 const LoadProgress& progress) {
     if (sel.expert_begin < 0 || sel.expert_end < sel.expert_begin || sel.expert_end > c.num_experts) {
         return core::invalidArgument("expert range [{}, {}) is not inside [0, {})", sel.expert_begin, sel.expert_end,
                                      c.num_experts);
@@ -204,6 +205,7 @@ Result<ModelWeights> loadWeights(const Checkpoint& checkpoint, const ModelConfig
                 loader, weights, 1, H, c.intermediate_size,
                 [&](int64_t, std::string_view proj) { return fmt::format("{}mlp.{}.weight", p, proj); }, mlp));
         }
+        if (progress) progress(layer + 1, c.num_hidden_layers);
     }
     return weights;
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -77,9 +78,12 @@ struct ModelWeights {
     uint64_t owned_bytes = 0;                      // bytes of packed copies held in owned memory
 };
 
+// Called after each layer's tensors are loaded, with the layers done and the model's layer count (a progress bar).
+using LoadProgress = std::function<void(int64_t layers_done, int64_t num_layers)>;
+
 // Loads and checks (presence, dtype BF16, shape) every tensor the selection needs; errors name the tensor.
 core::Result<ModelWeights> loadWeights(const Checkpoint& checkpoint, const ModelConfig& config,
-                                       const WeightSelection& selection);
+                                       const WeightSelection& selection, const LoadProgress& progress = {});
 
 // Checkpoint tensor names (HF layout).
 std::string layerPrefix(int64_t layer);  // "model.layers.{layer}."

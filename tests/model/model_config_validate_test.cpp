@@ -269,10 +269,10 @@ TEST(ModelConfigPreset, SmallIsABenchmarkSize) {
 }
 
 TEST(ModelConfigPreset, NamesAndUnknownName) {
-    EXPECT_THAT(ModelConfig::presetNames(), ElementsAre("tiny", "small", "qwen3-30b-a3b"));
+    EXPECT_THAT(ModelConfig::presetNames(), ElementsAre("tiny", "tiny-chat", "small", "qwen3-30b-a3b"));
     for (const std::string& name : ModelConfig::presetNames()) EXPECT_TRUE(ModelConfig::preset(name).isOk()) << name;
     EXPECT_TRUE(failsWith(ModelConfig::preset("huge").status(), StatusCode::kNotFound,
-                          {"\"huge\"", "tiny, small, qwen3-30b-a3b"}));
+                          {"\"huge\"", "tiny, tiny-chat, small, qwen3-30b-a3b"}));
 }
 
 // ---- toJson ----
