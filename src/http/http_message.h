@@ -19,6 +19,11 @@ struct HttpRequest {
     std::string body;
     std::string remote_address;  // the client's IP address, e.g. "127.0.0.1"
     int remote_port = 0;
+    // Without blocking, while the handler runs (from the handler's thread): false once the client closed or reset
+    // its end (or half-closed it), or the server is stopping. A handler that waits long before it answers (a
+    // generation answered whole) checks it between waits, so that work nobody will read is cancelled. Null in a
+    // request that did not come from a server (tests): treat as connected.
+    std::function<bool()> client_connected;
 
     // The first header called `lower_case_name`, or nullptr.
     const std::string* header(std::string_view lower_case_name) const;

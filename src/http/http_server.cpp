@@ -423,7 +423,9 @@ void HttpServer::Impl::dispatch(const httplib::Request& request, httplib::Respon
     setInHandler(c, true);
     HttpReply reply;
     try {
-        reply = handler->second(toRequest(request));
+        HttpRequest routed = toRequest(request);
+        routed.client_connected = [this, fd = c->fd] { return !stopping.load() && !detail::peerClosed(fd); };
+        reply = handler->second(routed);
         if (reply.status < 100 || reply.status > 599) {
             AFD_LOG_ERROR("{}: the handler of {} {} returned status {}", options.name, request.method, request.path,
                           reply.status);

@@ -87,7 +87,7 @@ struct ApiServer::Impl {
     std::variant<Prepared, ApiError> prepare(ApiRequest request) const;
     std::variant<std::vector<int32_t>, ApiError> promptIds(const ApiRequest& request) const;
     http::HttpReply wholeReply(const Prepared& prepared, const std::shared_ptr<attention::RequestStream>& stream,
-                               RequestRecord& record);
+                               const std::function<bool()>& client_connected, RequestRecord& record);
     void streamReply(const Prepared& prepared, const std::shared_ptr<attention::RequestStream>& stream,
                      RequestRecord& record, http::StreamWriter& writer);
     void done(RequestRecord& record, RequestEnd end) const {
@@ -225,7 +225,7 @@ http::HttpReply ApiServer::Impl::generate(ApiEndpoint endpoint, const http::Http
         return refuse(unavailable(fmt::format("the engine cannot serve: {}", why.message())));
     }
     std::shared_ptr<attention::RequestStream> stream = std::move(submitted).value();
-    if (!prepared->request.stream) return wholeReply(*prepared, stream, record);
+    if (!prepared->request.stream) return wholeReply(*prepared, stream, request.client_connected, record);
     auto job = std::make_shared<StreamJob>(this, std::move(prepared), std::move(stream), std::move(record));
     return http::HttpReply::eventStream([job](http::StreamWriter& writer) {
         job->reported = true;
@@ -234,14 +234,19 @@ http::HttpReply ApiServer::Impl::generate(ApiEndpoint endpoint, const http::Http
 }
 
 http::HttpReply ApiServer::Impl::wholeReply(const Prepared& p, const std::shared_ptr<attention::RequestStream>& stream,
-                                            RequestRecord& record) {
+                                            const std::function<bool()>& client_connected, RequestRecord& record) {
     OutputAssembler assembler(tokenizer, p.request.skip_special_tokens, p.request.stop);
     std::string text;
     bool aborted_for_shutdown = false;
+    bool client_left = false;
     while (true) {
         if (stopping.load() && !aborted_for_shutdown) {
             loop->abort(stream->id());  // the stream then ends kAborted, unless it ended otherwise first
             aborted_for_shutdown = true;
+        }
+        if (!client_left && client_connected && !client_connected()) {
+            loop->abort(stream->id());  // nobody will read the reply: free the request's KV blocks now
+            client_left = true;
         }
         std::optional<attention::RequestOutput> out = stream->next(options.poll_interval);
         if (!out) {
@@ -266,8 +271,9 @@ http::HttpReply ApiServer::Impl::wholeReply(const Prepared& p, const std::shared
         } else {
             const bool error = out->finish_reason == FinishReason::kError;
             done(record, error ? RequestEnd::kError : RequestEnd::kAborted);
-            return errorReply(unavailable(error ? fmt::format("the request failed: {}", out->error.message())
-                                                : std::string("the server is shutting down")));
+            return errorReply(unavailable(error         ? fmt::format("the request failed: {}", out->error.message())
+                                          : client_left ? std::string("the client closed the connection")
+                                                        : std::string("the server is shutting down")));
         }
         text += assembler.finish();
         ResponseHead head{newResponseId(p.request.endpoint), unixSeconds(), options.served_model_name};

@@ -11,8 +11,9 @@
 // submitted. The handler then follows the request's RequestStream every poll_interval: a streaming reply writes a
 // chunk per engine output and checks the client between waits; a client that leaves gets its request aborted
 // (EngineLoop::abort: its KV blocks are freed). A non-streaming reply waits for the end in the handler (the HTTP
-// layer sends the status first for streamed bodies, so an error could not be a 503 there); it cannot see its client
-// leave, and so runs to its end (max_tokens bounds it). A request that ends with kError is a 503 with the message, or
+// layer sends the status first for streamed bodies, so an error could not be a 503 there), checking its client
+// (HttpRequest::client_connected) between waits in the same way. A request that ends with kError is a 503 with the
+// message, or
 // in a stream an OpenAI error object as a data event followed by [DONE]. A stop string that matches aborts the
 // engine request (the reply ends "stop").
 //

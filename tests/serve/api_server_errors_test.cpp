@@ -98,6 +98,28 @@ TEST_F(ApiServerErrorsTest, AClientThatLeavesMidStreamHasItsRequestAborted) {
     EXPECT_LT(stats.generation_tokens, 400u);
 }
 
+TEST_F(ApiServerErrorsTest, AClientThatLeavesBeforeAWholeReplyHasItsRequestAborted) {
+    ServerHarness h(&tok());
+    h.backend().setStepDelay(20ms);  // the request outlives the client
+    const int64_t blocks = h.loop().stats().num_kv_blocks;
+    http::HttpClientOptions options;
+    options.timeout = 300ms;  // the client gives up (and closes its connection) long before 400 tokens
+    http::HttpClient client("127.0.0.1", h.port(), options);
+    auto response = client.post("/v1/completions",
+                                R"({"prompt": [1, 2, 3, 4, 5, 6, 7, 8], "max_tokens": 400, "ignore_eos": true})");
+    ASSERT_FALSE(response.isOk());
+    EXPECT_EQ(response.status().code(), core::StatusCode::kTimeout) << response.status().toString();
+    ASSERT_TRUE(h.waitRecords(1, 10s));
+    const RequestRecord record = h.records()[0];
+    EXPECT_EQ(record.end, RequestEnd::kAborted);
+    EXPECT_LT(record.num_output_tokens, 400);
+    ASSERT_TRUE(h.waitIdle(10s));
+    const attention::EngineLoopStats stats = h.loop().stats();
+    EXPECT_EQ(stats.num_free_kv_blocks, blocks);
+    EXPECT_EQ(stats.num_aborted, 1u);
+    EXPECT_LT(stats.generation_tokens, 400u);
+}
+
 TEST_F(ApiServerErrorsTest, AFailedStepEndsItsRequestsWithAnError) {
     ServerHarness h(&tok());
     // Recoverable: the request of the failed step ends with an error, the next one is served.
