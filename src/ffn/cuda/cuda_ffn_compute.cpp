@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <span>
 #include <vector>
 
 #include "core/bf16.h"
@@ -15,6 +17,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_memory.h"
+#include "kernels/expert_count_cuda.h"
 #include "kernels/moe_cuda.h"
 #include "kernels/router.h"
 
@@ -56,6 +59,7 @@ struct DeviceLayer {
     bool present = false;  // this rank computes something for the layer
     bool is_moe = false;
     bool route_here = false;              // p2p MoE: the router runs on this GPU
+    bool counts_routing = false;          // p2p MoE (routed on the GPU or the host): its entries are counted
     std::vector<core::Bf16> host_router;  // p2p MoE whose shape the GPU router does not take: routed on the host
     int64_t num_experts = 0;
     int64_t inter = 0;
@@ -78,6 +82,7 @@ public:
     core::Status mlpBlock(int64_t layer, int64_t num_tokens, const float* x, float* out) override {
         return run(layer, num_tokens, x, nullptr, nullptr, out);
     }
+    bool routedTokenTotals(std::span<uint64_t> totals) const override;
     std::string describe() const override { return fmt::format("cuda:{} ({})", gpu_, device_name_); }
     uint64_t deviceWeightBytes() const override { return weight_bytes_; }
     void release() override;
@@ -88,6 +93,9 @@ private:
     void enqueue(int64_t layer, int64_t rows);
     // The instantiated graph of enqueue(layer, bucket), captured on the stream the first time.
     const GraphExec& graphFor(int64_t layer, int64_t bucket);
+    // Copies the device's per-expert totals into `totals` [num_experts] through the reader's own stream. Caller holds
+    // totals_mutex_.
+    void readRoutedTotals(std::span<uint64_t> totals) const;
 
     const model::ModelConfig& config_;
     const int gpu_;
@@ -102,6 +110,24 @@ private:
     PinnedBuffer x_host_, ids_host_, weights_host_, out_host_;
     std::map<std::pair<int64_t, int64_t>, GraphExec> graphs_;  // (layer, bucket), all captured by init()
     bool released_ = false;
+
+    // p2p routing counts: after each counted layer's MoE, a kernel in the same graph adds the entries of the call's
+    // first *valid_rows_dev_ rows (the call's real rows: the bucket's padding rows are routed too, and left out) to
+    // routed_counts_dev_ [num_experts] uint64, which only grows. No host synchronisation on the compute stream.
+    bool counting_ = false;
+    DeviceBuffer routed_counts_dev_;
+    DeviceBuffer valid_rows_dev_;  // [1] int32, copied in before each launch
+    PinnedBuffer valid_rows_host_;
+    // The reader (routedTokenTotals, on the admin thread while the worker computes): a stream, a device snapshot and a
+    // pinned copy of its own, so that it synchronises nothing of the compute's. totals_mutex_ serialises readers and
+    // release(), which keeps the last totals in final_totals_ before it frees the device side.
+    mutable std::mutex totals_mutex_;
+    std::unique_ptr<Stream> totals_stream_;
+    DeviceBuffer totals_snapshot_dev_;
+    PinnedBuffer totals_host_;
+    bool totals_final_ = false;     // released: final_totals_ answers
+    bool final_totals_ok_ = false;  // the last read before release succeeded
+    std::vector<uint64_t> final_totals_;
 };
 
 core::Status CudaFfnCompute::init(model::ModelWeights weights) {
@@ -145,6 +171,8 @@ core::Status CudaFfnCompute::init(model::ModelWeights weights) {
         max_experts = std::max(max_experts, d.num_experts);
         max_inter = std::max(max_inter, d.inter);
         if (w.is_moe && w.router.rawData() != nullptr) {
+            d.counts_routing = true;
+            counting_ = true;
             if (!gpuRouterTakes(config_)) {
                 const auto* src = w.router.data<core::Bf16>();
                 d.host_router.assign(src, src + w.router.numel());
@@ -164,6 +192,22 @@ core::Status CudaFfnCompute::init(model::ModelWeights weights) {
     workspace_ = DeviceBuffer(kernels::moeCudaWorkspaceBytes(rows, K, max_experts, H, max_inter));
     if (std::any_of(layers_.begin(), layers_.end(), [](const DeviceLayer& d) { return d.route_here; })) {
         router_workspace_ = DeviceBuffer(kernels::routerCudaWorkspaceBytes(rows, H, config_.num_experts));
+    }
+    if (counting_) {
+        if (config_.num_experts > kernels::kMaxCountedExperts) {
+            return core::unsupported("--device cuda counts the p2p routing of at most {} experts, the model has {}",
+                                     kernels::kMaxCountedExperts, config_.num_experts);
+        }
+        const size_t count_bytes = static_cast<size_t>(config_.num_experts) * sizeof(uint64_t);
+        routed_counts_dev_ = DeviceBuffer(count_bytes);
+        valid_rows_dev_ = DeviceBuffer(sizeof(int32_t));
+        valid_rows_host_ = PinnedBuffer(sizeof(int32_t));
+        totals_stream_ = std::make_unique<Stream>();
+        totals_snapshot_dev_ = DeviceBuffer(count_bytes);
+        totals_host_ = PinnedBuffer(count_bytes);
+        // Zeroed on the compute stream and finished before any reader or graph can touch the totals.
+        AFD_CUDA_CHECK(cudaMemsetAsync(routed_counts_dev_.get(), 0, count_bytes, stream_->get()));
+        AFD_CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
     }
     x_host_ = PinnedBuffer(static_cast<size_t>(rows * H) * sizeof(uint16_t));
     out_host_ = PinnedBuffer(static_cast<size_t>(rows * H) * sizeof(float));
@@ -242,6 +286,17 @@ void CudaFfnCompute::enqueue(int64_t layer, int64_t rows) {
         kernels::routerForwardCuda(r, router_workspace_.get(), router_workspace_.bytes(), stream_->get());
     }
     kernels::moeForwardCuda(p, workspace_.get(), workspace_.bytes(), stream_->get());
+    if (d.counts_routing) {
+        // After the MoE, off the router-to-MoE path; it reads the ids the MoE leaves untouched.
+        kernels::ExpertTokenCountParams c;
+        c.num_rows = rows;
+        c.top_k = config_.num_experts_per_tok;
+        c.num_experts = config_.num_experts;
+        c.num_valid = valid_rows_dev_.as<int32_t>();
+        c.topk_ids = ids_dev_.as<int32_t>();
+        c.counts = routed_counts_dev_.as<uint64_t>();
+        kernels::countExpertTokensCuda(c, stream_->get());
+    }
 }
 
 core::Status CudaFfnCompute::run(int64_t layer, int64_t T, const float* x, const int32_t* ids, const float* weights,
@@ -286,6 +341,13 @@ core::Status CudaFfnCompute::run(int64_t layer, int64_t T, const float* x, const
         AFD_CUDA_CHECK(cudaMemcpyAsync(weights_dev_.get(), weights_host_.as<float>(),
                                        static_cast<size_t>(bucket * K) * sizeof(float), cudaMemcpyHostToDevice, s));
     }
+    if (d.counts_routing) {
+        // The rows the count kernel takes: this call's, or none for ids the caller routed (m2n-style moePartial).
+        // The pinned word is free to rewrite: the previous call synchronised the stream before it returned.
+        *valid_rows_host_.as<int32_t>() = ids == nullptr ? static_cast<int32_t>(T) : 0;
+        AFD_CUDA_CHECK(cudaMemcpyAsync(valid_rows_dev_.get(), valid_rows_host_.as<int32_t>(), sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, s));
+    }
     if (use_graphs_) {
         AFD_CUDA_CHECK(cudaGraphLaunch(graphFor(layer, bucket).get(), s));
     } else {
@@ -300,10 +362,64 @@ core::Status CudaFfnCompute::run(int64_t layer, int64_t T, const float* x, const
     return core::Status::ok();
 }
 
+bool CudaFfnCompute::routedTokenTotals(std::span<uint64_t> totals) const {
+    if (!counting_) return false;
+    AFD_CHECK(totals.size() == static_cast<size_t>(config_.num_experts), "{} totals for {} experts", totals.size(),
+              config_.num_experts);
+    std::lock_guard<std::mutex> lock(totals_mutex_);
+    if (totals_final_) {
+        if (!final_totals_ok_) return false;
+        std::copy(final_totals_.begin(), final_totals_.end(), totals.begin());
+        return true;
+    }
+    try {
+        readRoutedTotals(totals);
+    } catch (const core::Error& e) {
+        AFD_LOG_WARN("{}: reading the per-expert token counts: {}", describe(), e.what());
+        return false;
+    }
+    return true;
+}
+
+void CudaFfnCompute::readRoutedTotals(std::span<uint64_t> totals) const {
+    // Runs beside the compute stream's kernels: the snapshot kernel loads each total as one 64-bit word, so a racing
+    // read gets a value the counter held (a layer or a step may be missing; the next read has it).
+    AFD_CUDA_CHECK(cudaSetDevice(gpu_));
+    cudaStream_t s = totals_stream_->get();
+    const size_t bytes = totals.size() * sizeof(uint64_t);
+    kernels::snapshotCountersCuda(routed_counts_dev_.as<uint64_t>(), totals_snapshot_dev_.as<uint64_t>(),
+                                  static_cast<int64_t>(totals.size()), s);
+    AFD_CUDA_CHECK(
+        cudaMemcpyAsync(totals_host_.as<uint64_t>(), totals_snapshot_dev_.get(), bytes, cudaMemcpyDeviceToHost, s));
+    AFD_CUDA_CHECK(cudaStreamSynchronize(s));
+    std::memcpy(totals.data(), totals_host_.as<uint64_t>(), bytes);
+}
+
 void CudaFfnCompute::release() {
     if (released_) return;
     released_ = true;
     (void)cudaSetDevice(gpu_);
+    if (counting_) {
+        // The last totals stay readable after the device side is gone.
+        std::lock_guard<std::mutex> lock(totals_mutex_);
+        final_totals_.assign(static_cast<size_t>(config_.num_experts), 0);
+        if (totals_stream_ != nullptr) {  // null only when init() failed before allocating the counters
+            try {
+                AFD_CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
+                readRoutedTotals(final_totals_);
+                final_totals_ok_ = true;
+            } catch (const core::Error& e) {
+                AFD_LOG_WARN("{}: reading the last per-expert token counts: {}", describe(), e.what());
+            }
+        }
+        totals_final_ = true;
+        totals_stream_.reset();
+        totals_snapshot_dev_ = DeviceBuffer();
+        totals_host_ = PinnedBuffer();
+        routed_counts_dev_ = DeviceBuffer();
+        valid_rows_dev_ = DeviceBuffer();
+        valid_rows_host_ = PinnedBuffer();
+    }
     graphs_.clear();
     layers_.clear();
     x_dev_ = DeviceBuffer();
@@ -328,6 +444,7 @@ struct RankDeviceShape {
     uint64_t weights = 0;  // packed experts, and the routers run on the GPU
     uint64_t staging = 0;  // one layer's checkpoint matrices at a time (init's upload)
     bool routes = false;
+    bool counts = false;  // p2p MoE layers: the per-expert routing counters
     int64_t max_experts = 1;
     int64_t max_inter = 1;
 };
@@ -343,6 +460,7 @@ RankDeviceShape rankDeviceShape(const model::ModelConfig& config, const model::W
         const kernels::MoePackedWeightBytes packed = kernels::moePackedWeightBytes(experts, H, inter);
         r.weights += packed.w13 + packed.w2;
         r.staging = std::max(r.staging, static_cast<uint64_t>(experts * 3 * inter * H) * sizeof(uint16_t));
+        r.counts = r.counts || (moe && selection.router);
         if (moe && selection.router && gpuRouterTakes(config)) {
             r.weights += static_cast<uint64_t>(config.num_experts * H) * sizeof(uint16_t);
             r.routes = true;
@@ -365,6 +483,7 @@ uint64_t cudaFfnDeviceBytes(const model::ModelConfig& config, const model::Weigh
                      static_cast<uint64_t>(rows * K) * (sizeof(int32_t) + sizeof(float)) +   // ids, weights
                      kernels::moeCudaWorkspaceBytes(rows, K, r.max_experts, H, r.max_inter);
     if (r.routes) calls += kernels::routerCudaWorkspaceBytes(rows, H, config.num_experts);
+    if (r.counts) calls += 2 * static_cast<uint64_t>(config.num_experts) * sizeof(uint64_t) + sizeof(int32_t);
     return r.weights + r.staging + calls;
 }
 

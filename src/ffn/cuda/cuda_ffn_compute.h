@@ -8,7 +8,12 @@
 // with the padding rows routed nowhere (expert id -1; p2p pads with zero rows whose outputs are dropped).
 // AFD_FFN_CUDA_GRAPHS=0 runs every call eagerly.
 //
-// Threads: one thread at a time (the FFN worker). Every call makes the rank's GPU current on that thread.
+// p2p routing counts (routedTokenTotals): after each MoE layer it routes, a small kernel in the same graph adds the
+// call's entries per expert to 64-bit totals in device memory, reading the call's real row count from the device (the
+// bucket's padding rows are left out); no host synchronisation per call. m2n computes keep no totals.
+//
+// Threads: one thread at a time (the FFN worker), except routedTokenTotals: any thread, while calls run (it reads
+// through a stream of its own). Every call makes the rank's GPU current on that thread.
 #pragma once
 
 #include <memory>
