@@ -6,7 +6,7 @@
 # 1, 32, 128, 256 and context 256: the serving ITL against the engine's own decode step of the same batch.
 # AFD (AFD_SERVE_AFD=1): a 4-layer Qwen3-30B-A3B-shaped checkpoint (written here) served by the dense GPU engine and
 # by AFD m2n 1A2F with every rank on GPU 0 under an MPS daemon this script starts and stops, same load.
-# Each run's summary goes to OUT_DIR/serve_*.txt and .json; a table prints last.
+# AFD_SERVE_DENSE=0 skips the dense part. Each run's summary goes to OUT_DIR/serve_*.txt and .json; a table prints last.
 set -uo pipefail
 bin="$1"
 out="$2"
@@ -46,6 +46,7 @@ load() {  # name concurrency prompts input output
     echo "bench serve $1 exit $?"
 }
 
+if [ "${AFD_SERVE_DENSE:-1}" = 1 ]; then
 start_serve q30 --device cuda --random-weights --preset qwen3-30b-a3b --max-num-seqs 256
 if [ -n "$SERVE_PORT" ]; then
     load dense_c1 1 8 128 128
@@ -58,6 +59,7 @@ stop_serve
 timeout 300 "$afd" bench generate --preset qwen3-30b-a3b --batch 1,32,128,256 --context 256 --steps 40 \
     --csv "$out/serve_generate.csv" >"$out/serve_generate.txt" 2>&1
 echo "bench generate exit $?"
+fi
 
 if [ "${AFD_SERVE_AFD:-0}" = 1 ]; then
     model=/tmp/afd_q30_l4
