@@ -28,7 +28,8 @@
 #                  generate` and its PyTorch peer (bench/peers/torch_qwen3_moe.py); "ab": `afd bench moe` of the
 #                  build against AFD_AB_OLD (an afd built from an earlier revision), in turn, two rounds;
 #                  "tokenizer": tokenizer_bench beside HF tokenizers (bench/peers/hf_tokenize.py; needs the tokenizer
-#                  in third_party/tokenizer and AFD_EXTRA_TARGETS=tokenizer_bench)
+#                  in third_party/tokenizer and AFD_EXTRA_TARGETS=tokenizer_bench); "serve": `afd serve` under
+#                  `afd bench serve` (scripts/serve_gpu.sh)
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
 #   AFD_WARMUP_MS  device time of warm-up before each timed series, ours and the peers' (default: the benchmarks' own,
 #                  300 ms, the steady state under the power cap; 0: burst clocks)
@@ -299,8 +300,7 @@ import json, sys, os
 def ids(name):
     try:
         out = json.load(open(os.path.join(sys.argv[1], name)))
-        rs = out["results"] if "results" in out else [out]
-        return [r["new_ids"] for r in rs], out.get("afd", {})
+        return [r["new_ids"] for r in out["results"]], out.get("afd", {})
     except Exception as e:
         return f"no result ({e})", {}
 cpu, _ = ids("q4_cpu.json")
@@ -334,6 +334,12 @@ if has_phase generate; then
         --csv "$out/generate_torch.csv" --ours "$out/generate_ours.csv") >>"$out/generate.log" 2>&1
     echo "torch_qwen3_moe exit $?"
     tail -40 "$out/generate.log"
+fi
+if has_phase serve; then
+    stamp "afd serve under afd bench serve (scripts/serve_gpu.sh; AFD_SERVE_AFD=1 adds AFD m2n 1A2F under MPS)"
+    timeout "${AFD_T_SERVE:-900}" "$root/scripts/serve_gpu.sh" "$bin" "$out" >"$out/serve.log" 2>&1
+    echo "serve_gpu exit $?"
+    tail -16 "$out/serve.log"
 fi
 if has_phase ab && [ -n "${AFD_AB_OLD:-}" ]; then
     stamp "afd bench moe: this build against $AFD_AB_OLD, in turn"

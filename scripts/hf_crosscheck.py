@@ -141,7 +141,7 @@ def main():
         want_ids, want_logits, margin = reference(model_dir)
         try:
             dense = run([args.afd, "generate", "--model", model_dir, "--prompt-ids", prompt, "--max-tokens",
-                         str(NEW_TOKENS), "--json"] + device)
+                         str(NEW_TOKENS), "--json", "--prompt-logits"] + device)["results"][0]
         except RuntimeError as e:
             print(f"{name}: the dense engine refused or failed: {e}", flush=True)
             failed = True

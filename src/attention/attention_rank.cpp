@@ -13,7 +13,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "model/fingerprint.h"
-#include "transport/afd_wire.h"
+#include "transport/connector_factory.h"
 
 namespace afd::attention {
 
@@ -39,10 +39,7 @@ core::Result<std::unique_ptr<AttentionRank>> AttentionRank::configure(ModelSourc
         return core::invalidArgument("--attention-rank {} must be in [0, afd.num_attention_ranks={})", o.attention_rank,
                                      afd.num_attention_ranks);
     }
-    if (afd.connector != transport::ConnectorKind::kTcp && !o.connector_factory) {
-        return core::invalidArgument("afd.connector {:?}: the attention rank runs over the tcp connector",
-                                     transport::connectorName(afd.connector));
-    }
+    AFD_RETURN_IF_ERROR(transport::checkConnectorUsable(afd, transport::Role::kAttention, o.device));
     if (rank->engine_options_.scheduler.max_num_batched_tokens > afd.max_num_tokens) {
         return core::invalidArgument(
             "--max-num-batched-tokens {} exceeds afd.max_num_tokens {} (the most tokens a frame may carry)",
@@ -94,37 +91,25 @@ core::Status AttentionRank::load() {
     return core::Status::ok();
 }
 
-transport::tcp::TcpConnectorOptions AttentionRank::connectorOptions() const {
-    const transport::AfdConfig& afd = *options_.afd;
-    const model::ModelConfig& config = source_.config;
-    transport::tcp::TcpConnectorOptions tcp;
-    tcp.role = transport::Role::kAttention;
-    tcp.rank = options_.attention_rank;
-    tcp.num_attention_ranks = afd.num_attention_ranks;
-    tcp.num_ffn_ranks = afd.num_ffn_ranks;
-    tcp.peers = afd.topology().ffnPeersOfAttention(options_.attention_rank);
-    tcp.store_host = afd.host;
-    tcp.store_port = afd.port;
-    tcp.fingerprint = model_fingerprint_ + " | " + afd.fingerprint();
-    tcp.rendezvous_timeout = std::chrono::seconds(afd.connect_timeout_s);
-    tcp.step_timeout = std::chrono::seconds(afd.step_timeout_s);
-    tcp.max_rows = static_cast<uint32_t>(afd.max_num_tokens);
-    // The limit covers frames both ways (the connector checks what it sends against what the peer accepts): the m2n
-    // dispatch rows carry ids and weights besides the hidden state.
-    const size_t row_bytes = afd.compute_gate_on_attention
-                                 ? transport::m2nDispatchSpec(config.hidden_size, config.num_experts_per_tok).rowBytes()
-                                 : transport::hiddenSpec(config.hidden_size).rowBytes();
-    tcp.max_frame_bytes = row_bytes * static_cast<size_t>(afd.max_num_tokens);
-    tcp.setup_cancel = options_.setup_cancel;
-    return tcp;
+transport::ConnectorRequest AttentionRank::connectorRequest() const {
+    transport::ConnectorRequest request;
+    request.afd = *options_.afd;
+    request.role = transport::Role::kAttention;
+    request.rank = options_.attention_rank;
+    request.device = options_.device;
+    request.model_fingerprint = model_fingerprint_;
+    request.hidden_size = source_.config.hidden_size;
+    request.experts_per_token = source_.config.num_experts_per_tok;
+    request.setup_cancel = options_.setup_cancel;
+    return request;
 }
 
 core::Status AttentionRank::connect() {
     AFD_CHECK(state_ == State::kLoaded, "AttentionRank::connect out of order");
     if (isAfd()) {
-        const transport::tcp::TcpConnectorOptions tcp = connectorOptions();
-        AFD_ASSIGN_OR_RETURN(connector_, options_.connector_factory ? options_.connector_factory(tcp)
-                                                                    : transport::tcp::createAttentionConnector(tcp));
+        const transport::ConnectorRequest request = connectorRequest();
+        AFD_ASSIGN_OR_RETURN(connector_, options_.connector_factory ? options_.connector_factory(request)
+                                                                    : transport::makeAttentionConnector(request));
         AFD_CHECK(connector_ != nullptr, "the connector factory returned no connector");
         AFD_LOG_INFO("connected to {} FFN peer(s)", connector_->peers().size());
     }

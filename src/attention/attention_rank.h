@@ -2,7 +2,8 @@
 // `afd generate` (the dense reference, or one AFD attention rank), `afd launch`'s dense reference and `afd serve`.
 //
 //   configure    checks what needs no allocation: the engine options; random weights only on a GPU; with AFD the
-//                rank within num_attention_ranks, the connector (tcp), max_num_batched_tokens within
+//                rank within num_attention_ranks, the connector (transport::checkConnectorUsable: built here and
+//                fit for the device), max_num_batched_tokens within
 //                afd.max_num_tokens, a checkpoint (FFN ranks load theirs), and in m2n MoE layers and at least
 //                num_ffn_ranks experts                                                  → kInvalidArgument
 //   load         device ops; the weights on the device (AFD: the rank's selection, and the model fingerprint); the
@@ -41,8 +42,8 @@
 #include "model/weights.h"
 #include "transport/afd_config.h"
 #include "transport/connector.h"
+#include "transport/connector_backend.h"
 #include "transport/socket.h"
-#include "transport/tcp/tcp_connector.h"
 
 namespace afd::attention {
 
@@ -52,9 +53,10 @@ using BackendWrapper = std::function<core::Result<std::unique_ptr<MlpBackend>>(
     std::unique_ptr<MlpBackend> inner, const model::ModelConfig& config, const model::ModelWeights& weights,
     DeviceOps& ops)>;
 
-// Makes the connector of an AFD rank from the options the rank computed (default: the tcp connector's factory).
+// Makes the connector of an AFD rank from the request the rank computed (default: transport::makeAttentionConnector,
+// the backend afd.connector names).
 using ConnectorFactory = std::function<core::Result<std::unique_ptr<transport::AttentionConnector>>(
-    const transport::tcp::TcpConnectorOptions& options)>;
+    const transport::ConnectorRequest& request)>;
 
 struct AttentionRankOptions {
     core::Device device = core::Device::cpu();
@@ -125,7 +127,7 @@ public:
 
 private:
     AttentionRank() = default;
-    transport::tcp::TcpConnectorOptions connectorOptions() const;
+    transport::ConnectorRequest connectorRequest() const;
 
     State state_ = State::kConfigured;
     AttentionRankOptions options_;

@@ -7,6 +7,7 @@
 
 #include "attention/weights_loading.h"
 #include "transport/afd_config.h"
+#include "transport/connector_factory.h"
 
 namespace afd::cli {
 
@@ -80,6 +81,8 @@ core::Result<AttentionSetup> resolveAttentionFlags(const AttentionFlags& flags) 
     AFD_ASSIGN_OR_RETURN(
         const core::Device device,
         resolveDevice(flags.device, rank, *afd ? fmt::format("attention rank {}", rank) : "the dense engine"));
+    // The connector kind is checked against this build and the device before the model is opened.
+    if (*afd) AFD_RETURN_IF_ERROR(transport::checkConnectorUsable(**afd, transport::Role::kAttention, device));
     AttentionSetup setup;
     AFD_ASSIGN_OR_RETURN(setup.source, openModelSource(flags.model));
     AFD_RETURN_IF_ERROR(attention::checkWeightsDevice(setup.source, device));

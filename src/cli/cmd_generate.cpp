@@ -44,6 +44,7 @@ struct GenerateOptions {
     std::vector<std::string> prompt_ids;
     attention::SamplingParams sampling;
     bool json = false;
+    bool prompt_logits = false;
 };
 
 int fail(const core::Status& status) {
@@ -51,24 +52,23 @@ int fail(const core::Status& status) {
     return exitCodeFor(status);
 }
 
-void printResults(const std::vector<attention::GenerationResult>& results, bool json,
+// The JSON schema (README): {"results": [{"prompt_ids", "new_ids", "finish_reason"[, "prompt_last_logits"]}, …],
+// "layer_timings" (AFD only), "error" (only when the run failed: the results are then what each prompt had)}.
+// Text: one line of comma-separated new ids per prompt.
+void printResults(const attention::OfflineGeneration& run, const GenerateOptions& options,
                   const std::vector<attention::MlpBackend::LayerTiming>& timings, bool afd) {
-    if (!json) {
-        for (const auto& r : results) std::cout << fmt::format("{}\n", fmt::join(r.new_ids, ","));
+    if (!options.json) {
+        for (const auto& r : run.results) std::cout << fmt::format("{}\n", fmt::join(r.new_ids, ","));
         return;
     }
-    auto one = [](const attention::GenerationResult& r) {
-        return nlohmann::json{{"prompt_ids", r.prompt_ids},
-                              {"new_ids", r.new_ids},
-                              {"finish_reason", attention::finishReasonName(r.finish_reason)},
-                              {"prompt_last_logits", r.prompt_last_logits}};
-    };
     nlohmann::json out;
-    if (results.size() == 1) {
-        out = one(results[0]);
-    } else {
-        out["results"] = nlohmann::json::array();
-        for (const auto& r : results) out["results"].push_back(one(r));
+    out["results"] = nlohmann::json::array();
+    for (const auto& r : run.results) {
+        nlohmann::json one = {{"prompt_ids", r.prompt_ids},
+                              {"new_ids", r.new_ids},
+                              {"finish_reason", attention::finishReasonName(r.finish_reason)}};
+        if (options.prompt_logits) one["prompt_last_logits"] = r.prompt_last_logits;
+        out["results"].push_back(std::move(one));
     }
     if (afd) {
         nlohmann::json layers = nlohmann::json::array();
@@ -79,6 +79,7 @@ void printResults(const std::vector<attention::GenerationResult>& results, bool 
         }
         out["layer_timings"] = layers;
     }
+    if (!run.isOk()) out["error"] = run.status.message();
     std::cout << out.dump() << "\n";
 }
 
@@ -101,13 +102,15 @@ int runGenerate(const GenerateOptions& options) {
     auto rank = attention::AttentionRank::create(std::move(setup->source), std::move(setup->options));
     if (!rank.isOk()) return fail(rank.status());
     attention::AttentionRank& r = **rank;
-    auto results = attention::generateOffline(r.engine(), prompts, options.sampling, options.json);
+    const attention::OfflineGeneration run =
+        attention::generateOffline(r.engine(), prompts, options.sampling, options.prompt_logits);
     const std::vector<attention::MlpBackend::LayerTiming> timings =
         r.isAfd() ? r.backend().layerTimings() : std::vector<attention::MlpBackend::LayerTiming>{};
     // generateOffline has finished the engine: this closes the connection to the FFN peers.
     (void)r.shutdown(std::chrono::seconds(10));
-    if (!results.isOk()) return fail(results.status());
-    printResults(*results, options.json, timings, r.isAfd());
+    // A run that failed part-way still prints what each prompt had (finish_reason "error").
+    if (!run.results.empty()) printResults(run, options, timings, r.isAfd());
+    if (!run.isOk()) return fail(run.status);
     return core::kExitOk;
 }
 
@@ -127,7 +130,10 @@ void addGenerateCommand(CLI::App& app, int& exit_code) {
     cmd->add_option("--seed", options->sampling.seed, "sampling seed")->default_val(0);
     cmd->add_flag("--ignore-eos", options->sampling.ignore_eos, "do not stop at end-of-sequence tokens");
     addEngineLimitFlags(*cmd, options->rank);
-    cmd->add_flag("--json", options->json, "print one JSON object with new_ids and prompt_last_logits");
+    cmd->add_flag("--json", options->json,
+                  "print one JSON object: {\"results\": [{prompt_ids, new_ids, finish_reason}, …]}");
+    cmd->add_flag("--prompt-logits", options->prompt_logits,
+                  "with --json: each result's prompt_last_logits too (the full vocabulary's logits)");
     addAfdFlags(*cmd, options->rank);
     cmd->callback([options, &exit_code] { exit_code = runGenerate(*options); });
 }

@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <filesystem>
@@ -25,7 +26,9 @@
 #include "cli/commands.h"
 #include "cli/ffn_fleet.h"
 #include "cli/launch_devices.h"
+#include "cli/model_loading.h"
 #include "cli/model_source.h"
+#include "cli/run_dir.h"
 #include "core/child_process.h"
 #include "core/exit_codes.h"
 #include "core/logging.h"
@@ -34,6 +37,7 @@
 #include "model/weights.h"
 #include "transport/afd_config.h"
 #include "transport/socket.h"
+#include "transport/topology.h"
 
 namespace afd::cli {
 namespace {
@@ -50,7 +54,9 @@ struct LaunchOptions {
     int64_t top_k = 0;
     float top_p = 1.0f;
     uint64_t seed = 0;
+    bool ignore_eos = false;
     bool json_output = false;
+    bool prompt_logits = false;
     bool dbo = false;
     bool reference = true;
     LaunchDeviceFlags devices;
@@ -62,6 +68,15 @@ struct LaunchOptions {
 std::string readFile(const std::string& path) {
     std::ifstream in(path);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The reason an attention child's JSON names (finishReasonName's spelling); kNone for one it does not know.
+attention::FinishReason finishReasonNamed(const std::string& name) {
+    using attention::FinishReason;
+    for (FinishReason r : {FinishReason::kLength, FinishReason::kStop, FinishReason::kAborted, FinishReason::kError}) {
+        if (attention::finishReasonName(r) == name) return r;
+    }
+    return FinishReason::kNone;
 }
 
 // The user's afd object with the launcher's defaults filled in (launchDefaults). The role is implied per child, so
@@ -103,14 +118,24 @@ public:
     explicit Launch(const LaunchOptions& options) : options_(options) {}
     // Whatever path leaves run() (an exception included), no child outlives the launcher.
     ~Launch() { teardown(0); }
+    // The job's exit code (core/exit_codes.h). A run that fails after a child started keeps the run directory and
+    // names it; any other run removes the temporary one.
     int run();
 
 private:
+    int runJob();
     int fail(int code, const std::string& message);
     int teardown(int code);
+    // The checks that need no child: the model directory (config.json readable, the checkpoint's headers) and that
+    // the AFD config fits the model (m2n: MoE layers, at least one expert per FFN rank). Errors as openModelSource.
+    core::Status validateModel(const transport::AfdConfig& afd) const;
     // An attention rank that failed while the FFN ranks were getting ready (a short job may finish first: only a
-    // failure counts).
+    // failure counts): kPeerLost.
     core::Status attentionFailed();
+    // Once a child has failed: reports every child that has exited non-zero, the likely cause first (a child killed
+    // by a signal, then one that failed for a reason of its own, then those that only lost a peer, exit code 3), and
+    // tears down with the cause's exit code (core::exitCodeForChild: a killed child is 3).
+    int failChildren(const std::string& while_doing);
     core::Result<std::vector<attention::GenerationResult>> denseReference(
         const std::vector<std::vector<int32_t>>& prompts, const attention::SamplingParams& params);
 
@@ -118,8 +143,8 @@ private:
     LaunchDevices devices_;
     std::atomic<bool> interrupted_{false};
     std::string binary_;
-    std::string run_dir_;
-    bool own_run_dir_ = false;
+    RunDir run_dir_;  // NOTE: declared before the children, which write into it
+    bool spawned_ = false;
     FfnFleet ffn_;
     std::vector<AttentionChild> attention_;
     std::chrono::steady_clock::time_point deadline_;
@@ -140,24 +165,63 @@ int Launch::teardown(int code) {
     return code;
 }
 
-core::Status Launch::attentionFailed() {
-    for (auto& a : attention_) {
-        const auto code = a.process.poll();
-        if (code && *code != 0) {
-            a.exit_code = code;
-            AFD_LOG_ERROR(
-                "{} exited with code {} while the FFN ranks were getting ready; last lines of its log ({}):\n{}",
-                a.name, *code, a.log_path, logTail(a.log_path, 15));
-            return core::internalError("an attention rank failed during start-up");
+core::Status Launch::validateModel(const transport::AfdConfig& afd) const {
+    if (options_.model.empty()) return core::Status::ok();  // the generated tiny model fits every default
+    ModelFlags flags;
+    flags.model_dir = options_.model;
+    AFD_ASSIGN_OR_RETURN(const ModelSource source, openModelSource(flags));
+    if (afd.compute_gate_on_attention) {
+        if (source.config.numMoeLayers() == 0) {
+            return core::invalidArgument("--model {}: m2n (compute_gate_on_attention) needs MoE layers; it has none",
+                                         options_.model);
         }
+        AFD_RETURN_IF_ERROR(
+            transport::ExpertPartition::create(static_cast<int>(source.config.num_experts), afd.num_ffn_ranks)
+                .status()
+                .withContext(fmt::format("--model {} with afd.num_ffn_ranks", options_.model)));
     }
     return core::Status::ok();
+}
+
+core::Status Launch::attentionFailed() {
+    for (auto& a : attention_) {
+        if (!a.exit_code) a.exit_code = a.process.poll();
+        if (a.exit_code && *a.exit_code != 0) return core::peerLost("{} failed", a.name);
+    }
+    return core::Status::ok();
+}
+
+int Launch::failChildren(const std::string& while_doing) {
+    struct Failed {
+        const std::string* name;
+        int code;
+        const std::string* log_path;
+    };
+    std::vector<Failed> failed;
+    for (auto& r : ffn_.ranks()) {
+        if (!r.exit_code) r.exit_code = r.process.poll();
+        if (r.exit_code && *r.exit_code != 0) failed.push_back({&r.name, *r.exit_code, &r.log_path});
+    }
+    for (auto& a : attention_) {
+        if (!a.exit_code) a.exit_code = a.process.poll();
+        if (a.exit_code && *a.exit_code != 0) failed.push_back({&a.name, *a.exit_code, &a.log_path});
+    }
+    if (failed.empty()) return fail(core::kExitInternal, "a child was reported failed, but every child runs");
+    // A lost peer fails the other ranks within a fraction of a second: their code 3 is the consequence.
+    auto rank = [](const Failed& f) { return f.code > 128 ? 0 : f.code != core::kExitPeerLost ? 1 : 2; };
+    std::stable_sort(failed.begin(), failed.end(), [&](const Failed& a, const Failed& b) { return rank(a) < rank(b); });
+    std::string message = childFailureReport(*failed[0].name, failed[0].code, while_doing, *failed[0].log_path);
+    for (size_t i = 1; i < failed.size(); ++i) {
+        message +=
+            fmt::format("\nthen {} {} (log {})", *failed[i].name, describeExit(failed[i].code), *failed[i].log_path);
+    }
+    return fail(core::exitCodeForChild(failed[0].code), message + "\nstopping every rank");
 }
 
 core::Result<std::vector<attention::GenerationResult>> Launch::denseReference(
     const std::vector<std::vector<int32_t>>& prompts, const attention::SamplingParams& params) {
     ModelFlags model;
-    model.model_dir = options_.model.empty() ? run_dir_ + "/model" : options_.model;
+    model.model_dir = options_.model.empty() ? run_dir_.path() + "/model" : options_.model;
     AFD_ASSIGN_OR_RETURN(ModelSource source, openModelSource(model));
     attention::AttentionRankOptions dense;
     dense.device = devices_.reference;
@@ -168,10 +232,28 @@ core::Result<std::vector<attention::GenerationResult>> Launch::denseReference(
     }
     AFD_ASSIGN_OR_RETURN(std::unique_ptr<attention::AttentionRank> rank,
                          attention::AttentionRank::create(std::move(source), std::move(dense)));
-    return attention::generateOffline(rank->engine(), prompts, params, false, [this] { return interrupted_.load(); });
+    attention::OfflineGeneration run =
+        attention::generateOffline(rank->engine(), prompts, params, false, [this] { return interrupted_.load(); });
+    if (!run.isOk()) return run.status;
+    return std::move(run.results);
 }
 
 int Launch::run() {
+    int code = core::kExitInternal;
+    try {
+        code = runJob();
+    } catch (const std::exception& e) {
+        AFD_LOG_ERROR("internal error: {}; stopping every rank", e.what());
+        code = teardown(core::kExitInternal);
+    }
+    if (code != core::kExitOk && spawned_ && !run_dir_.empty()) {
+        run_dir_.keep();
+        AFD_LOG_ERROR("the ranks' logs and status files are kept in {}", run_dir_.path());
+    }
+    return code;
+}
+
+int Launch::runJob() {
     auto signals = core::SignalWatcher::create([this](int) { interrupted_ = true; });
     if (!signals.isOk()) return fail(core::kExitInternal, signals.status().message());
     deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(options_.timeout_s);
@@ -187,6 +269,7 @@ int Launch::run() {
     auto devices = resolveLaunchDevices(options_.devices, afd->num_attention_ranks, afd->num_ffn_ranks);
     if (!devices.isOk()) return fail(core::kExitBadConfig, devices.status().message());
     devices_ = *devices;
+    if (auto s = validateModel(*afd); !s.isOk()) return fail(exitCodeFor(s), s.message());
 
     std::vector<std::vector<int32_t>> prompts;
     for (const auto& text : options_.prompt_ids) {
@@ -204,18 +287,12 @@ int Launch::run() {
         prompts.push_back(std::move(ids));
     }
 
-    if (options_.run_dir.empty()) {
-        char templ[] = "/tmp/afd-launch-XXXXXX";
-        if (::mkdtemp(templ) == nullptr) return fail(core::kExitFailure, "cannot create a run directory under /tmp");
-        run_dir_ = templ;
-        own_run_dir_ = true;
-    } else {
-        run_dir_ = options_.run_dir;
-        std::filesystem::create_directories(run_dir_);
-    }
+    auto run_dir = RunDir::create(options_.run_dir, "afd-launch-");
+    if (!run_dir.isOk()) return fail(core::kExitFailure, run_dir.status().message());
+    run_dir_ = std::move(run_dir).value();
     std::string model_dir = options_.model;
     if (model_dir.empty()) {
-        model_dir = run_dir_ + "/model";
+        model_dir = run_dir_.path() + "/model";
         auto tiny = model::ModelConfig::preset("tiny");
         if (auto s = model::writeSyntheticCheckpoint(model_dir, *tiny, {}); !s.isOk())
             return fail(core::kExitFailure, s.message());
@@ -238,23 +315,26 @@ int Launch::run() {
     fleet.afd = afd_json;
     fleet.num_ffn_ranks = F;
     fleet.device_args = ffnDeviceArgs(devices_);
-    fleet.run_dir = run_dir_;
+    fleet.run_dir = run_dir_.path();
     fleet.log_level = child_log_level;
     fleet.inherit_stderr = options_.verbose;
     fleet.num_threads_env = threads_env;
+    spawned_ = true;
     auto spawned = FfnFleet::spawn(fleet);
     if (!spawned.isOk()) return fail(core::kExitFailure, spawned.status().message());
     ffn_ = std::move(spawned).value();
-    if (auto s = ffn_.waitForAdminPorts(deadline_, interrupted_); !s.isOk())
-        return fail(core::kExitFailure, s.message());
+    if (auto s = ffn_.waitForAdminPorts(deadline_, interrupted_); !s.isOk()) {
+        if (s.code() == core::StatusCode::kPeerLost) return failChildren("starting");
+        return fail(exitCodeFor(s), s.message());
+    }
 
     for (int a = 0; a < A; ++a) {
         json cfg = {{"afd", afd_json}};
         cfg["afd"]["role"] = "attention";
         AttentionChild r;
         r.name = fmt::format("attention rank {}", a);
-        r.log_path = fmt::format("{}/attention{}.log", run_dir_, a);
-        r.out_path = fmt::format("{}/attention{}.json", run_dir_, a);
+        r.log_path = fmt::format("{}/attention{}.log", run_dir_.path(), a);
+        r.out_path = fmt::format("{}/attention{}.json", run_dir_.path(), a);
         core::ChildProcess::Spec spec;
         spec.argv = {binary_,
                      "--log-level",
@@ -279,6 +359,8 @@ int Launch::run() {
                      std::to_string(options_.seed)};
         for (auto& arg : attentionDeviceArgs(options_.devices, devices_)) spec.argv.push_back(std::move(arg));
         if (options_.dbo) spec.argv.push_back("--dbo");
+        if (options_.prompt_logits) spec.argv.push_back("--prompt-logits");
+        if (options_.ignore_eos) spec.argv.push_back("--ignore-eos");
         for (size_t i = static_cast<size_t>(a); i < options_.prompt_ids.size(); i += static_cast<size_t>(A)) {
             spec.argv.push_back("--prompt-ids");
             spec.argv.push_back(options_.prompt_ids[i]);
@@ -292,7 +374,8 @@ int Launch::run() {
         attention_.push_back(std::move(r));
     }
     if (auto s = ffn_.waitForReady(deadline_, interrupted_, [this] { return attentionFailed(); }); !s.isOk()) {
-        return fail(core::kExitFailure, s.message());
+        if (s.code() == core::StatusCode::kPeerLost) return failChildren("the FFN ranks were getting ready");
+        return fail(exitCodeFor(s), s.message());
     }
 
     // The job: wait for every attention rank; any FFN rank exiting meanwhile is a failure.
@@ -300,8 +383,7 @@ int Launch::run() {
         while (!(r.exit_code = r.process.poll())) {
             if (interrupted_) return fail(core::kExitFailure, "interrupted: stopping every rank");
             if (auto s = ffn_.checkRunning("attention ranks were running"); !s.isOk()) {
-                AFD_LOG_ERROR("{}", s.message());
-                return fail(core::kExitPeerLost, "an FFN rank died during the job; stopping every rank");
+                return failChildren("the attention ranks were running");
             }
             if (std::chrono::steady_clock::now() > deadline_) {
                 return fail(core::kExitFailure,
@@ -309,11 +391,7 @@ int Launch::run() {
             }
             std::this_thread::sleep_for(10ms);
         }
-        if (*r.exit_code != 0) {
-            AFD_LOG_ERROR("{} exited with code {}; last lines of its log ({}):\n{}", r.name, *r.exit_code, r.log_path,
-                          logTail(r.log_path, 15));
-            return fail(*r.exit_code, "an attention rank failed; stopping every rank");
-        }
+        if (*r.exit_code != 0) return failChildren("the attention ranks were running");
     }
     std::vector<json> ffn_status;
     for (size_t k = 0; k < ffn_.ranks().size(); ++k) ffn_status.push_back(ffn_.status(k));
@@ -326,12 +404,7 @@ int Launch::run() {
     for (int a = 0; a < A; ++a) {
         const json out = json::parse(readFile(attention_[static_cast<size_t>(a)].out_path), nullptr, false);
         if (out.is_discarded()) return fail(core::kExitFailure, fmt::format("attention rank {} printed no JSON", a));
-        std::vector<json> items;
-        if (out.contains("results")) {
-            for (const auto& item : out["results"]) items.push_back(item);
-        } else if (out.contains("new_ids")) {
-            items.push_back(out);
-        }
+        const json items = out.value("results", json::array());
         for (size_t i = 0; i < items.size(); ++i) {
             const size_t index = static_cast<size_t>(a) + i * static_cast<size_t>(A);
             if (index >= results.size()) {
@@ -342,7 +415,10 @@ int Launch::run() {
             try {
                 r.prompt_ids = items[i].at("prompt_ids").get<std::vector<int32_t>>();
                 r.new_ids = items[i].at("new_ids").get<std::vector<int32_t>>();
-                r.prompt_last_logits = items[i].at("prompt_last_logits").get<std::vector<float>>();
+                r.finish_reason = finishReasonNamed(items[i].at("finish_reason").get<std::string>());
+                if (options_.prompt_logits) {
+                    r.prompt_last_logits = items[i].at("prompt_last_logits").get<std::vector<float>>();
+                }
             } catch (const json::exception& e) {
                 return fail(core::kExitFailure,
                             fmt::format("attention rank {} printed malformed JSON: {}", a, e.what()));
@@ -358,6 +434,7 @@ int Launch::run() {
         params.top_k = options_.top_k;
         params.top_p = options_.top_p;
         params.seed = options_.seed;
+        params.ignore_eos = options_.ignore_eos;
         const auto dense_result = denseReference(prompts, params);
         if (!dense_result.isOk())
             return fail(core::kExitFailure, "dense reference: " + dense_result.status().message());
@@ -391,13 +468,14 @@ int Launch::run() {
     }
 
     if (options_.json_output) {
-        auto one = [](const attention::GenerationResult& r) {
-            return json{
-                {"prompt_ids", r.prompt_ids}, {"new_ids", r.new_ids}, {"prompt_last_logits", r.prompt_last_logits}};
-        };
-        json out = results.size() == 1 ? one(results[0]) : json{{"results", json::array()}};
-        if (results.size() != 1) {
-            for (const auto& r : results) out["results"].push_back(one(r));
+        // generate's schema (one entry per prompt, in prompt order), plus the deployment's report under "afd".
+        json out = {{"results", json::array()}};
+        for (const auto& r : results) {
+            json one = {{"prompt_ids", r.prompt_ids},
+                        {"new_ids", r.new_ids},
+                        {"finish_reason", attention::finishReasonName(r.finish_reason)}};
+            if (options_.prompt_logits) one["prompt_last_logits"] = r.prompt_last_logits;
+            out["results"].push_back(std::move(one));
         }
         out["afd"] = {{"num_attention_ranks", A},
                       {"num_ffn_ranks", F},
@@ -427,10 +505,9 @@ int Launch::run() {
         }
         std::cout << fmt::format("FFN ranks stopped cleanly with resources released: {}\n", clean ? "yes" : "NO");
     }
-    if (own_run_dir_ && clean && matches.value_or(true)) std::filesystem::remove_all(run_dir_);
     if (!clean) return core::kExitFailure;
     if (matches && !*matches) {
-        AFD_LOG_ERROR("AFD tokens differ from the dense reference (logs kept in {})", run_dir_);
+        AFD_LOG_ERROR("AFD tokens differ from the dense reference");
         return core::kExitFailure;
     }
     return core::kExitOk;
@@ -450,7 +527,9 @@ void addLaunchCommand(CLI::App& app, int& exit_code) {
     cmd->add_option("--top-k", o->top_k, "0 = off")->default_val(0);
     cmd->add_option("--top-p", o->top_p, "1 = off")->default_val(1.0f);
     cmd->add_option("--seed", o->seed, "sampling seed")->default_val(0);
+    cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at end-of-sequence tokens");
     cmd->add_flag("--json", o->json_output, "print the generate JSON (plus an \"afd\" report)");
+    cmd->add_flag("--prompt-logits", o->prompt_logits, "with --json: each result's prompt_last_logits too");
     cmd->add_flag("--dbo", o->dbo, "two-stage steps (dual-batch overlap) on the attention ranks");
     cmd->add_flag("!--no-reference", o->reference, "skip the dense reference comparison");
     addLaunchDeviceFlags(*cmd, o->devices);
@@ -459,12 +538,7 @@ void addLaunchCommand(CLI::App& app, int& exit_code) {
     cmd->add_flag("--verbose", o->verbose, "children log to this terminal at info level");
     cmd->callback([o, &exit_code] {
         Launch launch(*o);
-        try {
-            exit_code = launch.run();
-        } catch (const std::exception& e) {
-            AFD_LOG_ERROR("internal error: {}; stopping every rank", e.what());
-            exit_code = core::kExitInternal;
-        }
+        exit_code = launch.run();
     });
 }
 

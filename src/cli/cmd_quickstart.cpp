@@ -13,10 +13,12 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "cli/commands.h"
 #include "cli/ffn_fleet.h"
+#include "cli/run_dir.h"
 #include "core/child_process.h"
 #include "core/exit_codes.h"
 #include "core/logging.h"
@@ -56,9 +58,12 @@ std::string readFile(const std::string& path) {
 class Quickstart {
 public:
     explicit Quickstart(QuickstartOptions options) : options_(std::move(options)) {}
+    // The exit code (core/exit_codes.h). A run that fails after afd serve started keeps the run directory (the model,
+    // the logs) and names it; any other run removes the temporary one.
     int run();
 
 private:
+    int runSteps();
     core::Status writeModel(const std::string& model_dir);
     core::Result<int> startServer(const std::string& model_dir);
     core::Status chat(http::HttpClient& client);
@@ -67,7 +72,10 @@ private:
     int stopServer();
 
     QuickstartOptions options_;
+    RunDir run_dir_;  // NOTE: declared before the server, which writes into it
     core::ChildProcess server_;
+    bool server_started_ = false;
+    std::optional<int> server_exit_;  // afd serve's exit code once it has exited
     std::string log_path_;
     std::string model_name_ = "tiny-chat";
 };
@@ -76,7 +84,7 @@ core::Status Quickstart::writeModel(const std::string& model_dir) {
     namespace fs = std::filesystem;
     for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
         if (!fs::exists(fs::path(options_.tokenizer_dir) / file)) {
-            return core::notFound(
+            return core::invalidArgument(
                 "--tokenizer-dir {}: no {} (scripts/setup.sh fetches the Qwen3 tokenizer into third_party/tokenizer)",
                 options_.tokenizer_dir, file);
         }
@@ -93,8 +101,8 @@ core::Status Quickstart::writeModel(const std::string& model_dir) {
 }
 
 core::Result<int> Quickstart::startServer(const std::string& model_dir) {
-    const std::string port_file = options_.run_dir + "/serve.port";
-    log_path_ = options_.run_dir + "/serve.log";
+    const std::string port_file = run_dir_.path() + "/serve.port";
+    log_path_ = run_dir_.path() + "/serve.log";
     core::ChildProcess::Spec spec;
     spec.argv = {std::filesystem::read_symlink("/proc/self/exe").string(),
                  "serve",
@@ -108,19 +116,20 @@ core::Result<int> Quickstart::startServer(const std::string& model_dir) {
                  "--device",
                  options_.device,
                  "--run-dir",
-                 options_.run_dir + "/ranks"};
+                 run_dir_.path() + "/ranks"};
     if (!options_.dense) {
         spec.argv.push_back("--additional-config");
         spec.argv.push_back(options_.additional_config);
     }
-    spec.stdout_path = options_.run_dir + "/serve.out";
+    spec.stdout_path = run_dir_.path() + "/serve.out";
     spec.stderr_path = log_path_;
     AFD_ASSIGN_OR_RETURN(server_, core::ChildProcess::spawn(spec));
+    server_started_ = true;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options_.timeout_s);
     while (true) {
         if (auto code = server_.poll()) {
-            return core::internalError("afd serve exited with code {} while starting; last lines of its log ({}):\n{}",
-                                       *code, log_path_, logTail(log_path_, 20));
+            server_exit_ = code;
+            return core::peerLost("{}", childFailureReport("afd serve", *code, "starting", log_path_));
         }
         const std::string text = readFile(port_file);
         if (!text.empty()) return std::stoi(text);
@@ -212,8 +221,8 @@ core::Status Quickstart::printMetrics(http::HttpClient& client) {
         const double a2f = m.sum("afd_layer_a2f_seconds_sum"), f2a = m.sum("afd_layer_f2a_seconds_sum");
         const double steps = m.sum("afd_engine_steps_total");
         if (steps > 0) {
-            std::cout << fmt::format("A2F / F2A per step           {:.3f} / {:.3f} ms (all layers)\n", 1e3 * a2f / steps,
-                                     1e3 * f2a / steps);
+            std::cout << fmt::format("A2F / F2A per step           {:.3f} / {:.3f} ms (all layers)\n",
+                                     1e3 * a2f / steps, 1e3 * f2a / steps);
         }
         std::map<double, std::string, std::greater<>> busiest;
         for (const auto& series : m.series("afd_ffn_expert_tokens_total")) {
@@ -239,30 +248,42 @@ int Quickstart::stopServer() {
                     fmt::format("afd serve did not stop within 60 s of SIGTERM (log: {})", log_path_));
     }
     if (*code != 0) {
-        return fail(*code, fmt::format("afd serve exited with code {}; last lines of its log ({}):\n{}", *code,
-                                       log_path_, logTail(log_path_, 20)));
+        return fail(core::exitCodeForChild(*code), childFailureReport("afd serve", *code, "stopping", log_path_));
     }
     std::cout << "\nafd serve stopped on SIGTERM; every rank exited cleanly\n";
     return core::kExitOk;
 }
 
 int Quickstart::run() {
-    bool own_run_dir = false;
-    if (options_.run_dir.empty()) {
-        char templ[] = "/tmp/afd-quickstart-XXXXXX";
-        if (::mkdtemp(templ) == nullptr) return fail(core::kExitFailure, "cannot create a run directory under /tmp");
-        options_.run_dir = templ;
-        own_run_dir = true;
+    int code = core::kExitInternal;
+    try {
+        code = runSteps();
+    } catch (const std::exception& e) {
+        AFD_LOG_ERROR("internal error: {}", e.what());
+        if (server_started_) server_.terminate(1s);
     }
-    std::filesystem::create_directories(options_.run_dir);
-    const std::string model_dir = options_.run_dir + "/model";
-    if (auto s = writeModel(model_dir); !s.isOk()) return fail(core::kExitFailure, s.message());
+    if (code != core::kExitOk && server_started_ && !run_dir_.empty()) {
+        run_dir_.keep();
+        AFD_LOG_ERROR("the model and the logs are kept in {}", run_dir_.path());
+    }
+    return code;
+}
+
+int Quickstart::runSteps() {
+    auto run_dir = RunDir::create(options_.run_dir, "afd-quickstart-");
+    if (!run_dir.isOk()) return fail(core::kExitFailure, run_dir.status().message());
+    run_dir_ = std::move(run_dir).value();
+    const std::string model_dir = run_dir_.path() + "/model";
+    if (auto s = writeModel(model_dir); !s.isOk()) return fail(core::exitCodeFor(s), s.message());
     std::cout << fmt::format(
         "afd quickstart: a generated tiny model with the Qwen3 tokenizer in {} (random weights: "
         "the text it writes is random tokens)\n",
         model_dir);
     auto port = startServer(model_dir);
-    if (!port.isOk()) return fail(core::kExitFailure, port.status().message());
+    if (!port.isOk()) {
+        // afd serve's own code when it exited (2 for a bad --additional-config, 3 for a lost rank).
+        return fail(server_exit_ ? core::exitCodeForChild(*server_exit_) : core::kExitFailure, port.status().message());
+    }
     std::cout << fmt::format("afd serve on http://127.0.0.1:{} ({}; log {})\n", *port,
                              options_.dense ? "the dense engine" : "AFD over loopback: " + options_.additional_config,
                              log_path_);
@@ -273,8 +294,7 @@ int Quickstart::run() {
     if (status.isOk()) status = streamCompletion(client);
     if (status.isOk()) status = printMetrics(client);
     const int stopped = stopServer();
-    if (!status.isOk()) return fail(core::kExitFailure, status.message());
-    if (stopped == core::kExitOk && own_run_dir) std::filesystem::remove_all(options_.run_dir);
+    if (!status.isOk()) return fail(stopped != core::kExitOk ? stopped : core::kExitFailure, status.message());
     return stopped;
 }
 
@@ -300,12 +320,7 @@ void addQuickstartCommand(CLI::App& app, int& exit_code) {
     cmd->add_option("--timeout", o->timeout_s, "seconds for start-up and for each request")->default_val(300);
     cmd->callback([o, &exit_code] {
         Quickstart quickstart(*o);
-        try {
-            exit_code = quickstart.run();
-        } catch (const std::exception& e) {
-            AFD_LOG_ERROR("internal error: {}", e.what());
-            exit_code = core::kExitInternal;
-        }
+        exit_code = quickstart.run();
     });
 }
 

@@ -25,6 +25,7 @@
 #include "cli/ffn_fleet.h"
 #include "cli/load_progress.h"
 #include "cli/model_loading.h"
+#include "cli/run_dir.h"
 #include "cli/serve_deployment.h"
 #include "core/exit_codes.h"
 #include "core/logging.h"
@@ -118,14 +119,20 @@ core::Status writePortFile(const std::string& path, int port) {
 class Serve {
 public:
     explicit Serve(ServeOptions options) : options_(std::move(options)) {}
+    // The exit code (core/exit_codes.h). A run that fails after the FFN ranks started keeps their run directory and
+    // names it; any other run removes the temporary one.
     int run();
 
 private:
+    int serve();
     core::Status startFfnRanks(const ServeDeployment& deployment, const std::string& model_dir);
+    // An error from the FFN fleet: a rank that exited gives its launcher exit code (a killed one 3).
+    int failFleet(const core::Status& status);
 
     ServeOptions options_;
     std::atomic<bool> interrupted_{false};
     std::unique_ptr<transport::Canceller> cancel_;
+    RunDir run_dir_;  // NOTE: declared before the fleet, which writes into it
     FfnFleet fleet_;
     std::chrono::steady_clock::time_point deadline_;
 };
@@ -142,7 +149,7 @@ core::Status Serve::startFfnRanks(const ServeDeployment& deployment, const std::
         spec.device_args.push_back("--device-ids");
         spec.device_args.push_back(options_.ffn_device_ids);
     }
-    spec.run_dir = options_.run_dir;
+    spec.run_dir = run_dir_.path();
     spec.log_level = options_.verbose ? "info" : "warn";
     spec.inherit_stderr = options_.verbose;
     if (std::getenv("AFD_NUM_THREADS") == nullptr && device == "cpu") {
@@ -151,11 +158,30 @@ core::Status Serve::startFfnRanks(const ServeDeployment& deployment, const std::
         spec.num_threads_env = std::to_string(std::max(1, cores / (deployment.num_ffn_ranks + 1)));
     }
     AFD_ASSIGN_OR_RETURN(fleet_, FfnFleet::spawn(spec));
-    AFD_LOG_INFO("started {} FFN rank(s) on {} (logs in {})", deployment.num_ffn_ranks, device, options_.run_dir);
+    AFD_LOG_INFO("started {} FFN rank(s) on {} (logs in {})", deployment.num_ffn_ranks, device, run_dir_.path());
     return fleet_.waitForAdminPorts(deadline_, interrupted_);
 }
 
+int Serve::failFleet(const core::Status& status) {
+    AFD_LOG_ERROR("{}", status.message());
+    return status.code() == core::StatusCode::kPeerLost ? fleet_.failedRankExitCode() : exitCodeFor(status);
+}
+
 int Serve::run() {
+    int code = core::kExitInternal;
+    try {
+        code = serve();
+    } catch (const std::exception& e) {
+        AFD_LOG_ERROR("internal error: {}; stopping", e.what());
+    }
+    if (code != core::kExitOk && !fleet_.ranks().empty() && !run_dir_.empty()) {
+        run_dir_.keep();
+        AFD_LOG_ERROR("the FFN ranks' logs and status files are kept in {}", run_dir_.path());
+    }
+    return code;
+}
+
+int Serve::serve() {
     auto canceller = transport::Canceller::create();
     if (!canceller.isOk()) return fail(canceller.status());
     cancel_ = std::move(canceller).value();
@@ -211,18 +237,15 @@ int Serve::run() {
     api.max_model_len = setup->options.engine.scheduler.max_model_len;
     api.chat_template = tokenizer->qwen3_chat ? serve::ChatTemplate::kQwen3 : serve::ChatTemplate::kNone;
     serve::ApiServer server(api);
-    if (auto s = server.bind(); !s.isOk()) return fail(s);
+    // A port in use (or an address that cannot be bound) is found before any work: bad input, exit code 2.
+    if (auto s = server.bind(); !s.isOk()) return fail(core::invalidArgument("{}", s.message()));
     AFD_LOG_INFO("afd serve: bound http://{}:{}; loading", options_.host, server.port());
 
     if (deployment->start_ffn_ranks) {
-        if (options_.run_dir.empty()) {
-            char templ[] = "/tmp/afd-serve-XXXXXX";
-            if (::mkdtemp(templ) == nullptr) return fail(core::ioError("cannot create a run directory under /tmp"));
-            options_.run_dir = templ;
-        } else {
-            std::filesystem::create_directories(options_.run_dir);
-        }
-        if (auto s = startFfnRanks(*deployment, flags.model.model_dir); !s.isOk()) return fail(s);
+        auto run_dir = RunDir::create(options_.run_dir, "afd-serve-");
+        if (!run_dir.isOk()) return fail(run_dir.status());
+        run_dir_ = std::move(run_dir).value();
+        if (auto s = startFfnRanks(*deployment, flags.model.model_dir); !s.isOk()) return failFleet(s);
     }
 
     setup->options.setup_cancel = cancel_.get();
@@ -233,12 +256,12 @@ int Serve::run() {
     attention::AttentionRank& r = **rank;
     if (auto s = r.load(); !s.isOk()) return fail(s);
     if (auto s = r.connect(); !s.isOk()) {
-        if (auto died = fleet_.checkRunning("the attention rank was connecting"); !died.isOk()) return fail(died);
+        if (auto died = fleet_.checkRunning("the attention rank was connecting"); !died.isOk()) return failFleet(died);
         return fail(s);
     }
     if (auto s = r.startEngine(); !s.isOk()) return fail(s);
     if (deployment->start_ffn_ranks) {
-        if (auto s = fleet_.waitForReady(deadline_, interrupted_); !s.isOk()) return fail(s);
+        if (auto s = fleet_.waitForReady(deadline_, interrupted_); !s.isOk()) return failFleet(s);
     }
 
     serve::ServingMetricsOptions metrics_options;
@@ -267,9 +290,13 @@ int Serve::run() {
     }
 
     bool reported_unhealthy = false;
+    std::optional<int> lost_code;  // an FFN rank this process started died: the exit code once stopped
     while (!interrupted_) {
         std::this_thread::sleep_for(100ms);
-        if (auto s = fleet_.checkRunning("serving"); !s.isOk()) AFD_LOG_ERROR("{}", s.message());
+        if (auto s = fleet_.checkRunning("serving"); !s.isOk()) {
+            AFD_LOG_ERROR("{}; requests fail with 503 until afd serve is stopped", s.message());
+            if (!lost_code) lost_code = fleet_.failedRankExitCode();
+        }
         const core::Status health = loop.health();
         if (!health.isOk() && !reported_unhealthy) {
             AFD_LOG_ERROR("the engine stopped serving: {}; /health answers 503 until afd serve is stopped",
@@ -282,9 +309,10 @@ int Serve::run() {
     const core::Status finished = r.shutdown(30s);
     if (!finished.isOk()) AFD_LOG_WARN("attention rank shutdown: {}", finished.message());
     bool clean = true;
-    if (deployment->start_ffn_ranks) {
-        clean = fleet_.stop(20s);
-        if (clean) std::filesystem::remove_all(options_.run_dir);
+    if (deployment->start_ffn_ranks) clean = fleet_.stop(20s);
+    if (lost_code) {
+        AFD_LOG_ERROR("afd serve stopped after losing an FFN rank");
+        return *lost_code;
     }
     if (!clean) return core::kExitFailure;
     std::cout << "afd serve: stopped\n";
@@ -317,12 +345,7 @@ void addServeCommand(CLI::App& app, int& exit_code) {
     cmd->add_flag("--verbose", o->verbose, "the FFN ranks log to this terminal at info level");
     cmd->callback([o, &exit_code] {
         Serve serve(*o);
-        try {
-            exit_code = serve.run();
-        } catch (const std::exception& e) {
-            AFD_LOG_ERROR("internal error: {}; stopping", e.what());
-            exit_code = core::kExitInternal;
-        }
+        exit_code = serve.run();
     });
 }
 

@@ -94,7 +94,7 @@ void addTokenizeCommand(CLI::App& app, int& exit_code) {
         core::Result<tokenizer::Tokenizer> tok = tokenizer::Tokenizer::fromFile(options->tokenizer_path);
         if (!tok.isOk()) {
             AFD_LOG_ERROR("{}", tok.status().message());
-            exit_code = core::kExitFailure;
+            exit_code = core::kExitBadConfig;  // a tokenizer that does not load is bad input, found before any work
             return;
         }
         core::Result<json> input = readStdinJson();

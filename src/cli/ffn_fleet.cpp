@@ -4,9 +4,11 @@
 
 #include <charconv>
 #include <csignal>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
+#include "core/exit_codes.h"
 #include "core/logging.h"
 #include "http/http_client.h"
 #include "transport/afd_config.h"
@@ -41,12 +43,32 @@ core::Status launchDefaults(json& afd) {
 
 std::string logTail(const std::string& path, size_t lines) {
     const std::string text = readFile(path);
+    // Scans back over `lines` + 1 newlines (the text's own last one included); the tail starts after the last found.
     size_t pos = text.size();
-    for (size_t n = 0; n <= lines && pos > 0; ++n) {
+    for (size_t n = 0; n <= lines; ++n) {
+        if (pos == 0) return text;
         pos = text.rfind('\n', pos - 1);
         if (pos == std::string::npos) return text;
     }
     return text.substr(pos + 1);
+}
+
+std::string describeExit(int code) {
+    if (code <= 128) return fmt::format("exited with code {}", code);
+    const int signal = code - 128;
+    const char* name = sigabbrev_np(signal);
+    return name != nullptr ? fmt::format("was killed by signal {} (SIG{})", signal, name)
+                           : fmt::format("was killed by signal {}", signal);
+}
+
+std::string childFailureReport(const std::string& name, int code, const std::string& while_doing,
+                               const std::string& log_path) {
+    const std::string tail = logTail(log_path, 15);
+    if (tail.find_first_not_of(" \n") == std::string::npos) {
+        return fmt::format("{} {} while {}; its log ({}) is empty", name, describeExit(code), while_doing, log_path);
+    }
+    return fmt::format("{} {} while {}; last lines of its log ({}):\n{}", name, describeExit(code), while_doing,
+                       log_path, tail);
 }
 
 core::Result<FfnFleet> FfnFleet::spawn(const FfnFleetSpec& spec) {
@@ -82,9 +104,8 @@ core::Status FfnFleet::checkRunning(const std::string& while_doing) {
         if (r.exit_code) continue;
         if (auto code = r.process.poll()) {
             r.exit_code = code;
-            return core::makeStatus(core::StatusCode::kPeerLost,
-                                    "{} exited with code {} while {}; last lines of its log ({}):\n{}", r.name, *code,
-                                    while_doing, r.log_path, logTail(r.log_path, 15));
+            return core::makeStatus(core::StatusCode::kPeerLost, "{}",
+                                    childFailureReport(r.name, *code, while_doing, r.log_path));
         }
     }
     return core::Status::ok();
@@ -95,7 +116,7 @@ core::Status FfnFleet::waitForAdminPorts(std::chrono::steady_clock::time_point d
     for (auto& r : ranks_) {
         while (true) {
             if (interrupted) return core::makeStatus(core::StatusCode::kCancelled, "interrupted");
-            if (auto s = checkRunning("starting"); !s.isOk()) return core::internalError("{}", s.message());
+            if (auto s = checkRunning("starting"); !s.isOk()) return s;
             const std::string text = readFile(r.port_file);
             if (!text.empty()) {
                 int port = 0;
@@ -128,9 +149,7 @@ core::Status FfnFleet::waitForReady(std::chrono::steady_clock::time_point deadli
             auto reply = http::httpRequest("127.0.0.1", r.admin_port, "GET", "/ready", "", 2s);
             // A rank whose session already ended (a very short job) was ready before.
             if (reply.isOk() && (reply->status == 200 || reply->body.find("session_ended") != std::string::npos)) break;
-            if (auto s = checkRunning("the FFN ranks were getting ready"); !s.isOk()) {
-                return core::internalError("{}", s.message());
-            }
+            if (auto s = checkRunning("the FFN ranks were getting ready"); !s.isOk()) return s;
             if (std::chrono::steady_clock::now() > deadline) {
                 return core::timeoutError("{} never became ready (log: {})", r.name, r.log_path);
             }
@@ -188,6 +207,13 @@ void FfnFleet::terminate(std::chrono::milliseconds grace) {
         r.exit_code = r.process.wait(std::max(left, std::chrono::milliseconds(0)));
         if (!r.exit_code) r.exit_code = r.process.terminate(1s);
     }
+}
+
+int FfnFleet::failedRankExitCode() const {
+    for (const auto& r : ranks_) {
+        if (r.exit_code && *r.exit_code != 0) return core::exitCodeForChild(*r.exit_code);
+    }
+    return core::kExitPeerLost;
 }
 
 std::vector<int> FfnFleet::adminPorts() const {

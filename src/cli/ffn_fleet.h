@@ -58,8 +58,8 @@ public:
     // Spawns the children (kIoError naming the rank when one cannot be started; those started are stopped).
     static core::Result<FfnFleet> spawn(const FfnFleetSpec& spec);
 
-    // Until every rank has written its admin port (kInternal naming the rank that exited or wrote garbage, kTimeout
-    // past `deadline`, kCancelled once `interrupted`).
+    // Until every rank has written its admin port (kPeerLost naming the rank that exited, kInternal for one that wrote
+    // garbage, kTimeout past `deadline`, kCancelled once `interrupted`).
     core::Status waitForAdminPorts(std::chrono::steady_clock::time_point deadline,
                                    const std::atomic<bool>& interrupted);
     // Until GET /ready answers 200 (or the rank's session already ended) on every rank. `other_failed`, called while
@@ -70,6 +70,10 @@ public:
     // The first rank that has exited since the last call (kPeerLost naming it and its exit code, with the end of its
     // log in the message), or ok while all run. `while_doing` goes into the message ("serving").
     core::Status checkRunning(const std::string& while_doing);
+
+    // The exit code a launcher reports once a rank has failed (core::exitCodeForChild of the first rank that exited
+    // non-zero: a rank killed by a signal is kExitPeerLost); kExitPeerLost when none has.
+    int failedRankExitCode() const;
 
     // GET /status of one rank (an empty object when it does not answer).
     nlohmann::json status(size_t rank) const;
@@ -94,7 +98,16 @@ private:
 // when none is given.
 core::Status launchDefaults(nlohmann::json& afd);
 
-// The last `lines` lines of the file at `path` (empty when it cannot be read).
+// The last `lines` lines of the file at `path` (empty when it is empty or cannot be read).
 std::string logTail(const std::string& path, size_t lines);
+
+// How a child exited, from ChildProcess's code: "exited with code 2", or "was killed by signal 9 (SIGKILL)" for
+// 128 + signal.
+std::string describeExit(int code);
+
+// "<name> <describeExit(code)> while <while_doing>; last lines of its log (<log_path>):\n…", or "…; its log
+// (<log_path>) is empty" (a child killed before it wrote anything).
+std::string childFailureReport(const std::string& name, int code, const std::string& while_doing,
+                               const std::string& log_path);
 
 }  // namespace afd::cli

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "core/exit_codes.h"
 #include "core/status.h"
 #include "model/checkpoint.h"
 #include "model/model_config.h"
@@ -14,10 +15,14 @@ struct OpenedModel {
     model::Checkpoint checkpoint;
 };
 
-// Errors: kInvalidArgument/kUnsupported for config.json problems (exit code 2), others for the checkpoint.
+// Errors: kInvalidArgument for a directory that does not exist and for any config.json problem (absent, not JSON, a
+// field of the wrong type or value: exit code 2); the checkpoint's own (kNotFound, kCorrupt …: exit code 1).
 core::Result<OpenedModel> openModel(const std::string& dir);
 
-// Exit code for a failed Status: configuration problems are 2, everything else 1.
-int exitCodeFor(const core::Status& status);
+// ModelConfig::fromFile(path) with its errors as kInvalidArgument (bad input: exit code 2), kInternal kept.
+core::Result<model::ModelConfig> readModelConfig(const std::string& path);
+
+// The exit code table (core/exit_codes.h).
+using core::exitCodeFor;
 
 }  // namespace afd::cli

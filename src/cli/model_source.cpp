@@ -52,13 +52,13 @@ core::Result<ModelSource> openModelSource(const ModelFlags& flags, const std::st
     if (!flags.model_dir.empty()) {
         std::error_code ec;
         if (!std::filesystem::is_directory(flags.model_dir, ec)) {
-            return core::notFound("model directory {} does not exist or is not a directory", flags.model_dir);
+            return core::invalidArgument("model directory {} does not exist or is not a directory", flags.model_dir);
         }
         const std::string path = (std::filesystem::path(flags.model_dir) / "config.json").string();
-        AFD_ASSIGN_OR_RETURN(source.config, model::ModelConfig::fromFile(path));
+        AFD_ASSIGN_OR_RETURN(source.config, readModelConfig(path));
         source.name = flags.model_dir;
     } else if (!flags.config_file.empty()) {
-        AFD_ASSIGN_OR_RETURN(source.config, model::ModelConfig::fromFile(flags.config_file));
+        AFD_ASSIGN_OR_RETURN(source.config, readModelConfig(flags.config_file));
         source.name = flags.config_file;
     } else {
         const std::string& preset = flags.preset.empty() ? default_preset : flags.preset;

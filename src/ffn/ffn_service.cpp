@@ -26,8 +26,7 @@
 #include "model/model_config.h"
 #include "model/weights.h"
 #include "transport/afd_config.h"
-#include "transport/afd_wire.h"
-#include "transport/tcp/tcp_connector.h"
+#include "transport/connector_factory.h"
 
 namespace afd::ffn {
 namespace {
@@ -87,6 +86,10 @@ private:
     Status startAdmin();
     Status connect();
     void serve();
+    // The device this rank computes on (after configure resolved it).
+    core::Device device() const { return gpu_ < 0 ? core::Device::cpu() : core::Device::cuda(gpu_); }
+    // What the connector factory gets (after load: the model fingerprint is known).
+    transport::ConnectorRequest connectorRequest() const;
     int shutdown();
 
     void requestStop(std::string_view why);
@@ -108,7 +111,8 @@ private:
 
     // Resources, created in order and released in reverse.
     std::optional<model::Checkpoint> checkpoint_;
-    std::string fingerprint_;
+    std::string model_fingerprint_;
+    std::string fingerprint_;  // the deployment's, as every rank must share it (shown by /status)
     std::unique_ptr<FfnCompute> compute_;
     uint64_t weight_bytes_ = 0;
     std::unique_ptr<http::HttpServer> admin_;
@@ -175,6 +179,9 @@ Status Service::configure() {
         return core::invalidArgument("RANK={} must be in [0, WORLD_SIZE={})", rank_, world_size_);
     }
     if (local_rank_ < 0) return core::invalidArgument("LOCAL_RANK={} must be >= 0", local_rank_);
+    AFD_ASSIGN_OR_RETURN(gpu_, resolveDevice(options_.device, options_.device_ids, local_rank_));
+    // The connector is checked against this build and the device before the model directory is even looked at.
+    AFD_RETURN_IF_ERROR(transport::checkConnectorUsable(afd_, transport::Role::kFfn, device()));
     if (options_.shutdown_timeout_s < 1) {
         return core::invalidArgument("--shutdown-timeout {} must be >= 1 second", options_.shutdown_timeout_s);
     }
@@ -199,7 +206,6 @@ Status Service::configure() {
     }
     report_.expert_begin = experts_.begin;
     report_.expert_end = experts_.end;
-    AFD_ASSIGN_OR_RETURN(gpu_, resolveDevice(options_.device, options_.device_ids, local_rank_));
     AFD_LOG_INFO("effective AFD config: {}", afd_.toJson());
     return Status::ok();
 }
@@ -209,8 +215,8 @@ Status Service::load() {
     const auto start = std::chrono::steady_clock::now();
     AFD_ASSIGN_OR_RETURN(model::Checkpoint checkpoint, model::Checkpoint::open(options_.model_dir));
     checkpoint_.emplace(std::move(checkpoint));
-    AFD_ASSIGN_OR_RETURN(const std::string model_fp, model::modelFingerprint(model_config_, *checkpoint_));
-    fingerprint_ = model_fp + " | " + afd_.fingerprint();
+    AFD_ASSIGN_OR_RETURN(model_fingerprint_, model::modelFingerprint(model_config_, *checkpoint_));
+    fingerprint_ = connectorRequest().deploymentFingerprint();
     const auto selection =
         model::WeightSelection::ffnRole(afd_.compute_gate_on_attention, model_config_, experts_.begin, experts_.end);
     // One call carries at most every peer's full stage.
@@ -315,33 +321,22 @@ Status Service::startAdmin() {
     return Status::ok();
 }
 
+transport::ConnectorRequest Service::connectorRequest() const {
+    transport::ConnectorRequest request;
+    request.afd = afd_;
+    request.role = transport::Role::kFfn;
+    request.rank = rank_;
+    request.device = device();
+    request.model_fingerprint = model_fingerprint_;
+    request.hidden_size = model_config_.hidden_size;
+    request.experts_per_token = model_config_.num_experts_per_tok;
+    request.setup_cancel = setup_cancel_.get();
+    return request;
+}
+
 Status Service::connect() {
     state_ = State::kConnecting;
-    transport::tcp::TcpConnectorOptions tcp;
-    tcp.role = transport::Role::kFfn;
-    tcp.rank = rank_;
-    tcp.num_attention_ranks = afd_.num_attention_ranks;
-    tcp.num_ffn_ranks = afd_.num_ffn_ranks;
-    tcp.peers = afd_.topology().attentionPeersOfFfn(rank_);
-    tcp.store_host = afd_.host;
-    tcp.store_port = afd_.port;
-    if (afd_.connector_extra_config.bind_host) tcp.bind_host = *afd_.connector_extra_config.bind_host;
-    if (afd_.connector_extra_config.advertise_host) tcp.advertise_host = *afd_.connector_extra_config.advertise_host;
-    tcp.fingerprint = fingerprint_;
-    tcp.rendezvous_timeout = std::chrono::seconds(afd_.connect_timeout_s);
-    tcp.step_timeout = std::chrono::seconds(afd_.step_timeout_s);
-    tcp.max_rows = static_cast<uint32_t>(afd_.max_num_tokens);
-    const transport::FrameSpec spec =
-        afd_.compute_gate_on_attention
-            ? transport::m2nDispatchSpec(model_config_.hidden_size, model_config_.num_experts_per_tok)
-            : transport::hiddenSpec(model_config_.hidden_size);
-    tcp.max_frame_bytes = spec.rowBytes() * static_cast<size_t>(afd_.max_num_tokens);
-    tcp.setup_cancel = setup_cancel_.get();
-    if (afd_.connector != transport::ConnectorKind::kTcp) {
-        return core::invalidArgument("afd.connector {:?}: this build's FFN service serves the tcp connector",
-                                     transport::connectorName(afd_.connector));
-    }
-    AFD_ASSIGN_OR_RETURN(connector_, transport::tcp::createFfnConnector(tcp));
+    AFD_ASSIGN_OR_RETURN(connector_, transport::makeFfnConnector(connectorRequest()));
     AFD_LOG_INFO("connected to {} attention peer(s)", connector_->peers().size());
     return Status::ok();
 }
@@ -430,8 +425,8 @@ int Service::run() {
     } else if (Status s = bindAdmin(); !s.isOk()) {
         code = fail("config_error", core::kExitBadConfig, s);
     } else if (Status s = load(); !s.isOk()) {
-        code = fail(s.code() == core::StatusCode::kInvalidArgument ? "config_error" : "load_error",
-                    s.code() == core::StatusCode::kInvalidArgument ? core::kExitBadConfig : core::kExitFailure, s);
+        code =
+            fail(core::exitCodeFor(s) == core::kExitBadConfig ? "config_error" : "load_error", core::exitCodeFor(s), s);
     } else if (Status s = startAdmin(); !s.isOk()) {
         code = fail("config_error", core::kExitBadConfig, s);
     } else if (stopped()) {
@@ -440,8 +435,8 @@ int Service::run() {
         if (stopped() && s.code() == core::StatusCode::kCancelled) {
             report_.exit_reason = "stopped";
         } else {
-            code = fail("connect_error",
-                        s.code() == core::StatusCode::kInvalidArgument ? core::kExitBadConfig : core::kExitFailure, s);
+            // A rendezvous that times out is a lost peer (3), as on the attention side (core/exit_codes.h).
+            code = fail("connect_error", core::exitCodeFor(s), s);
         }
     } else {
         serve();

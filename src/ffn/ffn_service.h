@@ -1,7 +1,8 @@
 // FfnService: the `afd ffn` process (DESIGN.md §6).
 //
 //   parse and validate everything (AFD config with role ffn, RANK/WORLD_SIZE/LOCAL_RANK with WORLD_SIZE ==
-//   num_ffn_ranks, the model's config.json, the expert range, the device), bind the admin port → exit 2 on any error
+//   num_ffn_ranks, the device, afd.connector against this build and the device, the model's config.json, the
+//   expert range), bind the admin port → exit 2 on any error
 //   → load only this rank's weights, report the bytes                             → exit 1 on a bad checkpoint
 //   → admin HTTP serves (/health /ready /status /metrics, POST /stop) → rendezvous and connect (either start order)
 //   → the step loop on a worker thread → wait for SIGTERM/SIGINT, POST /stop, every peer leaving, or a loop error

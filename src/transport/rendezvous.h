@@ -1,12 +1,19 @@
-// The rendezvous: every rank of a deployment registers {role, rank, protocol version, fingerprint, endpoint} in
-// the store hosted by FFN rank 0 and waits, bounded, until every expected rank has registered. Each rank then
-// compares every peer's protocol version and fingerprint with its own; a difference fails the rendezvous on
-// every rank that sees it, with both values in the message.
+// The rendezvous, shared by every connector backend: each rank of a deployment registers {role, rank, protocol
+// version, fingerprint} in the store hosted by FFN rank 0 and waits, bounded, until every expected rank has
+// registered. Each rank then compares every peer's protocol version and fingerprint with its own; a difference
+// fails the rendezvous on every rank that sees it, with both values in the message.
+//
+// Beside its record, a rank publishes what its backend needs the others to know as named blobs (bytes): tcp its
+// data listener's address, cuda_ipc its IPC handles, nccl (on one rank) the unique id. Blob keys are
+// "<connector>/<name>" (kMaxBlobKeyBytes, letters, digits and "_-./"), values up to kMaxBlobValueBytes, at most
+// kMaxBlobsPerRank per rank, each published once; every rank reads any rank's blob by (role, rank, key).
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -24,8 +31,20 @@ struct RankRecord {
     int rank = 0;
     uint32_t protocol_version = 0;
     std::string fingerprint;  // opaque: a hash of the model and the topology, made by the caller
-    std::string endpoint;     // "host:port" of the rank's data listener; empty when it has none
 };
+
+inline constexpr size_t kMaxBlobKeyBytes = 128;
+inline constexpr size_t kMaxBlobValueBytes = kMaxStoreValueBytes;
+inline constexpr size_t kMaxBlobsPerRank = 64;
+
+// One named value a rank publishes (binary-safe).
+struct RendezvousBlob {
+    std::string key;
+    std::string value;
+};
+
+// Checks a blob key against the rules above (kInvalidArgument naming the key and the rule).
+core::Status checkBlobKey(std::string_view key);
 
 struct RendezvousOptions {
     HostPort store;           // afd.host:afd.port
@@ -38,12 +57,15 @@ struct RendezvousOptions {
 
 class Rendezvous {
 public:
-    // Hosts the store when asked, connects to it (retrying until the timeout), registers `self`, waits for
-    // everyone, checks versions and fingerprints. Errors: kTimeout naming the ranks that never registered;
-    // kMismatch naming who holds which version or fingerprint, or a rank registered twice; kCorrupt for a
-    // record that does not parse. The hosting rank keeps the store up until every rank has read the records
-    // (bounded by the timeout), so that a mismatch is reported on both sides.
-    static core::Result<std::unique_ptr<Rendezvous>> join(const RendezvousOptions& options, RankRecord self);
+    // Hosts the store when asked, connects to it (retrying until the timeout), publishes `blobs` (so that they
+    // are readable once the record is), registers `self`, waits for everyone, checks versions and fingerprints.
+    // Errors: kInvalidArgument for a blob that breaks the rules; kTimeout naming the ranks that never
+    // registered; kMismatch naming who holds which version or fingerprint, or a rank registered twice; kCorrupt
+    // for a record that does not parse. The hosting rank keeps the store up until every rank has read the
+    // records (bounded by the timeout), so that a mismatch is reported on both sides; after that, for as long as
+    // its Rendezvous lives.
+    static core::Result<std::unique_ptr<Rendezvous>> join(const RendezvousOptions& options, RankRecord self,
+                                                          std::vector<RendezvousBlob> blobs = {});
     ~Rendezvous();
     Rendezvous(const Rendezvous&) = delete;
     Rendezvous& operator=(const Rendezvous&) = delete;
@@ -51,12 +73,19 @@ public:
     const RankRecord& self() const { return self_; }
     // Every registered rank of `role`, indexed by rank.
     const std::vector<RankRecord>& ranks(Role role) const { return role == Role::kAttention ? attention_ : ffn_; }
-    // The store, for backends that exchange more (NCCL ids, IPC handles) after the rendezvous.
-    StoreClient& store() { return *client_; }
     const std::string& storeAddress() const { return store_address_; }
+
+    // Publishes a blob of this rank after the join (a second round: e.g. handles made once the peers are known).
+    // Each key once; kInvalidArgument for a key or value that breaks the rules, a key published already, or one
+    // blob more than kMaxBlobsPerRank.
+    core::Status publish(std::string_view key, std::string_view value);
+    // The blob `key` of (role, rank), waiting up to `timeout` for it to be published. kTimeout names the rank and
+    // the key; kInvalidArgument for a bad key or a rank outside the deployment.
+    core::Result<std::string> fetch(Role role, int rank, std::string_view key, std::chrono::milliseconds timeout);
 
 private:
     Rendezvous() = default;
+    core::Status publishBlob(std::string_view key, std::string_view value, std::string_view where);
 
     std::unique_ptr<StoreServer> server_;  // NOTE: declared before client_: the client closes first
     std::unique_ptr<StoreClient> client_;
@@ -64,6 +93,9 @@ private:
     RankRecord self_;
     std::vector<RankRecord> attention_;
     std::vector<RankRecord> ffn_;
+    int num_attention_ranks_ = 0;
+    int num_ffn_ranks_ = 0;
+    std::set<std::string, std::less<>> published_;  // this rank's blob keys
 };
 
 }  // namespace afd::transport

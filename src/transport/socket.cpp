@@ -120,6 +120,11 @@ int pollTimeoutMs(Deadline deadline) {
     return static_cast<int>(std::min<int64_t>(left, std::numeric_limits<int>::max()));
 }
 
+milliseconds timeLeft(Deadline deadline) {
+    const Clock::time_point now = Clock::now();
+    return deadline <= now ? milliseconds(0) : std::chrono::ceil<milliseconds>(deadline - now);
+}
+
 std::string formatDuration(milliseconds duration) {
     const auto ms = duration.count();
     if (ms >= 1000 && ms % 1000 == 0) return fmt::format("{} s", ms / 1000);

@@ -22,6 +22,8 @@ inline constexpr Deadline kNoDeadline = Deadline::max();
 Deadline deadlineAfter(std::chrono::milliseconds duration);
 // The poll() timeout until `deadline`: -1 for kNoDeadline, else the milliseconds left rounded up (≥ 0).
 int pollTimeoutMs(Deadline deadline);
+// The time left until a finite `deadline`, rounded up (0 once it has passed).
+std::chrono::milliseconds timeLeft(Deadline deadline);
 // "30 s", "250 ms": durations in messages.
 std::string formatDuration(std::chrono::milliseconds duration);
 

@@ -13,6 +13,7 @@
 #include "attention/serving_test_util.h"
 #include "kernels/mlp_block.h"
 #include "transport/afd_wire.h"
+#include "transport/connector_factory.h"
 
 namespace afd::attention {
 namespace {
@@ -92,11 +93,16 @@ AttentionRankOptions afdOverFakePeer(const test::HostModel& full, std::shared_pt
     AttentionRankOptions o;
     o.engine = test::testEngineOptions(4, 64);
     o.afd = afdConfig(R"({"num_ffn_ranks":1,"compute_gate_on_attention":false,"max_num_tokens":256})");
-    o.connector_factory = [&full, log](const transport::tcp::TcpConnectorOptions& tcp)
+    o.connector_factory = [&full, log](const transport::ConnectorRequest& request)
         -> core::Result<std::unique_ptr<transport::AttentionConnector>> {
-        EXPECT_EQ(tcp.peers, std::vector<int>{0});
-        EXPECT_EQ(tcp.max_rows, 256u);
-        EXPECT_NE(tcp.fingerprint.find("tcp/p2p/1A1F"), std::string::npos) << tcp.fingerprint;
+        EXPECT_TRUE(transport::validateRequest(request).isOk()) << transport::validateRequest(request).toString();
+        EXPECT_EQ(request.role, transport::Role::kAttention);
+        EXPECT_EQ(request.peers(), std::vector<int>{0});
+        EXPECT_EQ(request.afd.max_num_tokens, 256);
+        EXPECT_EQ(request.hidden_size, full.config.hidden_size);
+        EXPECT_TRUE(request.device.isCpu());
+        EXPECT_NE(request.deploymentFingerprint().find("tcp/p2p/1A1F"), std::string::npos)
+            << request.deploymentFingerprint();
         return std::unique_ptr<transport::AttentionConnector>(std::make_unique<FakeFfnPeer>(full, log));
     };
     return o;
@@ -118,8 +124,8 @@ TEST(AttentionRank, TheDenseEngineFromTheFixtureGivesTransformersIds) {
     EXPECT_FALSE((*rank)->isAfd());
     EXPECT_EQ((*rank)->connector(), nullptr);
     auto results = generateOffline((*rank)->engine(), {prompt}, greedy(static_cast<int64_t>(want.size())), false);
-    ASSERT_TRUE(results.isOk()) << results.status().toString();
-    EXPECT_EQ((*results)[0].new_ids, want);
+    ASSERT_TRUE(results.isOk()) << results.status.toString();
+    EXPECT_EQ(results.results[0].new_ids, want);
     EXPECT_TRUE((*rank)->shutdown(1s).isOk());
     EXPECT_EQ((*rank)->state(), AttentionRank::State::kStopped);
 }
@@ -181,8 +187,18 @@ TEST(AttentionRank, ConfigureRefusesWhatCannotWorkNamingTheFlagOrKey) {
         {"more FFN ranks than experts",
          [](ModelSource&, AttentionRankOptions& o) { o.afd = afdConfig(R"({"num_ffn_ranks":9})"); },
          "afd.num_ffn_ranks"},
-        {"another connector",
-         [](ModelSource&, AttentionRankOptions& o) { o.afd = afdConfig(R"({"connector":"nccl"})"); }, "afd.connector"},
+        {"a connector this build lacks",
+         [](ModelSource&, AttentionRankOptions& o) { o.afd = afdConfig(R"({"connector":"nccl"})"); },
+         "afd.connector \"nccl\": this build's connectors are: tcp"},
+        {"a connector this build lacks, even with a connector factory",
+         [](ModelSource&, AttentionRankOptions& o) {
+             o.afd = afdConfig(R"({"connector":"cuda_ipc"})");
+             o.connector_factory = [](const transport::ConnectorRequest&)
+                 -> core::Result<std::unique_ptr<transport::AttentionConnector>> {
+                 return core::internalError("the factory must not be reached");
+             };
+         },
+         "afd.connector \"cuda_ipc\": this build's connectors are: tcp"},
     };
     for (const auto& c : cases) {
         ModelSource source = test::modelSource(test::fixtureModelDir());
@@ -209,8 +225,8 @@ TEST(AttentionRank, AfdOverAFakePeerGivesTheDenseIdsAndLeavesItOnShutdown) {
     std::vector<SamplingParams> params(kPrompts.size(), greedy(9));
     const auto alone = test::idsAlone(full, kPrompts, params, options);
     auto results = generateOffline((*rank)->engine(), kPrompts, params[0], false);
-    ASSERT_TRUE(results.isOk()) << results.status().toString();
-    for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ((*results)[i].new_ids, alone[i]) << "prompt " << i;
+    ASSERT_TRUE(results.isOk()) << results.status.toString();
+    for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(results.results[i].new_ids, alone[i]) << "prompt " << i;
     EXPECT_GT(log->steps.load(), 0);
     EXPECT_EQ(log->shutdown_headers.load(), 1);  // generateOffline finished the engine
     EXPECT_TRUE((*rank)->shutdown(1s).isOk());

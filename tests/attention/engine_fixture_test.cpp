@@ -44,8 +44,8 @@ std::vector<GenerationResult> generate(const LoadedModel& m, const std::vector<s
     SamplingParams params;
     params.max_tokens = max_tokens;
     auto results = generateOffline(engine, prompts, params, true);
-    EXPECT_TRUE(results.isOk()) << results.status().toString();
-    return std::move(results).value();
+    EXPECT_TRUE(results.isOk()) << results.status.toString();
+    return std::move(results.results);
 }
 
 TEST(EngineFixture, ReproducesTransformersGreedyIdsAndLogits) {
@@ -104,9 +104,9 @@ TEST(EngineFixture, PreemptionUnderKvPressureKeepsTokens) {
     SamplingParams params;
     params.max_tokens = 12;
     auto results = generateOffline(engine, prompts, params, false);
-    ASSERT_TRUE(results.isOk()) << results.status().toString();
+    ASSERT_TRUE(results.isOk()) << results.status.toString();
     EXPECT_GT(engine.scheduler().numPreemptions(), 0);
-    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ((*results)[i].new_ids, alone[i]) << "prompt " << i;
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(results.results[i].new_ids, alone[i]) << "prompt " << i;
 }
 
 TEST(EngineFixture, RejectsBadRequests) {

@@ -1,6 +1,7 @@
 // `afd generate` / `afd gen-model` as a user runs them: good runs, and every kind of bad input ending with a
 // non-zero exit and one clear message (never a crash).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -50,12 +51,38 @@ TEST(GenerateCli, FixtureGreedyIdsPrinted) {
     EXPECT_EQ(r.out, "153,379,188,113,374,186,112,186,112,358,113,250\n");
 }
 
-TEST(GenerateCli, JsonHasNewIdsAndPromptLogits) {
-    const ProcessResult r =
-        runProcess({AFD_BINARY, "generate", "--model", kTiny, "--prompt-ids", "3,17", "--max-tokens", "3", "--json"});
+// One schema for one prompt and for several: {"results": [{prompt_ids, new_ids, finish_reason}, …]}; the
+// full-vocabulary logits only with --prompt-logits.
+TEST(GenerateCli, JsonIsOneSchemaForAnyNumberOfPrompts) {
+    for (const std::vector<std::string>& prompts : {std::vector<std::string>{"3,17"}, {"3,17", "11,12,13"}}) {
+        std::vector<std::string> argv = {AFD_BINARY, "generate", "--model", kTiny, "--max-tokens", "3", "--json"};
+        for (const auto& p : prompts) {
+            argv.push_back("--prompt-ids");
+            argv.push_back(p);
+        }
+        const ProcessResult r = runProcess(argv);
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        const nlohmann::json out = nlohmann::json::parse(r.out);
+        ASSERT_TRUE(out.contains("results")) << r.out;
+        ASSERT_EQ(out["results"].size(), prompts.size()) << r.out;
+        EXPECT_FALSE(out.contains("error"));
+        for (const auto& result : out["results"]) {
+            EXPECT_EQ(result["new_ids"].size(), 3u);
+            EXPECT_EQ(result["finish_reason"], "length");
+            EXPECT_FALSE(result.contains("prompt_last_logits")) << "logits only with --prompt-logits";
+        }
+        EXPECT_EQ(out["results"][0]["prompt_ids"], (nlohmann::json{3, 17}));
+    }
+}
+
+TEST(GenerateCli, PromptLogitsOnlyWhenAskedFor) {
+    const ProcessResult r = runProcess({AFD_BINARY, "generate", "--model", kTiny, "--prompt-ids", "3,17",
+                                        "--max-tokens", "3", "--json", "--prompt-logits"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.out.find("\"new_ids\":["), std::string::npos);
-    EXPECT_NE(r.out.find("\"prompt_last_logits\":["), std::string::npos);
+    const nlohmann::json out = nlohmann::json::parse(r.out);
+    const auto config = model::ModelConfig::fromFile(kTiny + "/config.json");
+    ASSERT_TRUE(config.isOk());
+    EXPECT_EQ(out["results"][0]["prompt_last_logits"].size(), static_cast<size_t>(config->vocab_size));
 }
 
 TEST(GenerateCli, GenModelThenGenerate) {
@@ -69,7 +96,7 @@ TEST(GenerateCli, GenModelThenGenerate) {
 }
 
 TEST(GenerateCli, MissingModelDirectory) {
-    expectOneClearError(generate("/nonexistent/afd-model"), 1, "/nonexistent/afd-model");
+    expectOneClearError(generate("/nonexistent/afd-model"), 2, "/nonexistent/afd-model");
 }
 
 TEST(GenerateCli, TruncatedShard) {

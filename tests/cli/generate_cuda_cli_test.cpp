@@ -71,12 +71,12 @@ protected:
 
 TEST_F(CudaCli, DenseGpuEngineGivesTheFixturesGreedyIdsWithAndWithoutGraphs) {
     for (const bool eager : {false, true}) {
-        std::vector<std::string> args{"generate",     "--model", kTiny,          "--device", "cuda",
-                                      "--prompt-ids", prompt_,   "--max-tokens", "12",       "--json"};
+        std::vector<std::string> args{"generate", "--model",      kTiny, "--device", "cuda",           "--prompt-ids",
+                                      prompt_,    "--max-tokens", "12",  "--json",   "--prompt-logits"};
         if (eager) args.push_back("--enforce-eager");
         const ProcessResult r = afd(args);
         ASSERT_EQ(r.exit_code, 0) << r.err;
-        const json out = json::parse(r.out);
+        const json out = json::parse(r.out).at("results").at(0);
         EXPECT_EQ(out.at("new_ids").get<std::vector<int32_t>>(), greedy_) << (eager ? "eager" : "graphs");
         const auto got = out.at("prompt_last_logits").get<std::vector<float>>();
         ASSERT_EQ(got.size(), logits_.size());

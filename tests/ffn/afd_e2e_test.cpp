@@ -84,7 +84,7 @@ TEST(AfdLaunch, DualBatchOverlapGivesTheSameTokens) {
 
 std::vector<int32_t> newIdsOf(const std::string& json_path) {
     const json out = json::parse(readText(json_path));
-    return out["new_ids"].get<std::vector<int32_t>>();
+    return out["results"][0]["new_ids"].get<std::vector<int32_t>>();
 }
 
 // Either start order: FFN ranks first, or attention ranks first (they wait in the rendezvous).
@@ -245,7 +245,7 @@ TEST(AfdFailures, BadConfigurationsExitTwoNamingTheKey) {
         std::vector<std::pair<std::string, std::string>> env;
         std::string needle;
     };
-    const std::vector<Case> cases = {
+    std::vector<Case> cases = {
         {{AFD_BINARY, "ffn", kTiny, "--additional-config", R"({"afd":{"num_ffn_ranks":1,"colour":"red"}})"},
          {{"RANK", "0"}, {"WORLD_SIZE", "1"}},
          "colour"},
@@ -269,6 +269,20 @@ TEST(AfdFailures, BadConfigurationsExitTwoNamingTheKey) {
          "num_ffn_ranks"},
         {{AFD_BINARY, "launch", "--model", kTiny, "--additional-config", R"({"afd":{"role":"ffn"}})"}, {}, "role"},
     };
+    // A connector this build lacks is refused before the model is opened: the model path does not exist (else
+    // `afd generate` would exit 1 naming it, and `afd ffn` would name the directory).
+    const std::string kNoModel = "/nonexistent/afd-model";
+    for (const std::string connector : {"nccl", "cuda_ipc"}) {
+        const std::string config = R"({"afd":{"connector":")" + connector + R"("}})";
+        const std::string needle = "afd.connector \"" + connector + "\": this build's connectors are: tcp";
+        cases.push_back({{AFD_BINARY, "ffn", kNoModel, "--additional-config", config},
+                         {{"RANK", "0"}, {"WORLD_SIZE", "1"}},
+                         needle});
+        cases.push_back(
+            {{AFD_BINARY, "generate", "--model", kNoModel, "--prompt-ids", "1", "--additional-config", config},
+             {},
+             needle});
+    }
     for (const auto& c : cases) {
         core::ChildProcess::Spec spec;
         spec.argv = c.argv;

@@ -53,7 +53,7 @@ TEST(BenchGenerateCli, RefusesPointsAndCountsTheEngineDoesNotTake) {
 TEST(BenchGenerateCli, RefusesModelSourcesThatDoNotGiveOneShape) {
     expectBadFlag({"--preset", "tiny", "--config", "x.json"}, "give one of --model, --config or --preset");
     const ProcessResult missing = benchGenerate({"--config", "/nonexistent/config.json"});
-    EXPECT_EQ(missing.exit_code, 1) << missing.err;
+    EXPECT_EQ(missing.exit_code, 2) << missing.err;  // bad input found before any work
     EXPECT_NE(missing.err.find("/nonexistent/config.json"), std::string::npos) << missing.err;
 }
 

@@ -77,7 +77,7 @@ TEST_F(TokenizeCli, BadInputIsOneClearError) {
     expect_error(tokenize("{\"text\": \"a\"}", path), 2, "stdin must be a JSON array of strings");
     expect_error(tokenize("[\"a\", 7]", path), 2, "stdin[1] must be a string");
     expect_error(tokenize("[[1, \"x\"]]", path, "--decode"), 2, "stdin[0] must be an array of token ids");
-    expect_error(tokenize("[\"a\"]", "/nonexistent/tokenizer.json"), 1, "/nonexistent/tokenizer.json");
+    expect_error(tokenize("[\"a\"]", "/nonexistent/tokenizer.json"), 2, "/nonexistent/tokenizer.json");
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "transport/frame.h"
 #include "transport/rendezvous_store.h"
 #include "transport/transport_test_util.h"
@@ -104,8 +106,8 @@ RendezvousOptions options(int port, bool host, int num_attention, int num_ffn, s
     return o;
 }
 
-RankRecord record(Role role, int rank, std::string fingerprint = "fp", std::string endpoint = "") {
-    return RankRecord{role, rank, kProtocolVersion, std::move(fingerprint), std::move(endpoint)};
+RankRecord record(Role role, int rank, std::string fingerprint = "fp") {
+    return RankRecord{role, rank, kProtocolVersion, std::move(fingerprint)};
 }
 
 TEST(Rendezvous, AttentionMayStartBeforeTheStore) {
@@ -114,11 +116,14 @@ TEST(Rendezvous, AttentionMayStartBeforeTheStore) {
         runAsync([port] { return Rendezvous::join(options(port, false, 1, 1, 20s), record(Role::kAttention, 0)); });
     // Attention is retrying against a store that does not exist yet.
     EXPECT_EQ(attention.wait_for(100ms), std::future_status::timeout);
-    auto ffn = Rendezvous::join(options(port, true, 1, 1, 20s), record(Role::kFfn, 0, "fp", "127.0.0.1:4000"));
+    auto ffn =
+        Rendezvous::join(options(port, true, 1, 1, 20s), record(Role::kFfn, 0), {{"tcp/endpoint", "127.0.0.1:4000"}});
     ASSERT_TRUE(ffn.isOk()) << ffn.status().toString();
     auto a = attention.get();
     ASSERT_TRUE(a.isOk()) << a.status().toString();
-    EXPECT_EQ((*a)->ranks(Role::kFfn).at(0).endpoint, "127.0.0.1:4000");
+    EXPECT_EQ((*a)->ranks(Role::kFfn).at(0).fingerprint, "fp");
+    // A blob given to join is readable once the record is.
+    EXPECT_EQ((*a)->fetch(Role::kFfn, 0, "tcp/endpoint", 0ms).value(), "127.0.0.1:4000");
     EXPECT_EQ((*ffn)->ranks(Role::kAttention).size(), 1u);
 }
 
@@ -200,6 +205,134 @@ TEST(Rendezvous, DuplicateRegistrationNamesTheRank) {
     EXPECT_EQ(second.status().code(), core::StatusCode::kMismatch);
     EXPECT_THAT(second.status().message(), HasSubstr("attention rank 1 is registered already"));
     EXPECT_FALSE(first.get().isOk());  // nobody else ever arrives
+}
+
+// Joins a whole deployment of `num_attention` + `num_ffn` ranks on threads (FFN rank 0 hosts); `blobs_of(role,
+// rank)` gives each rank's join blobs.
+template <typename BlobsOf>
+std::vector<std::unique_ptr<Rendezvous>> joinAll(int num_attention, int num_ffn, BlobsOf blobs_of) {
+    const int port = testing::pickFreePort();
+    std::vector<std::future<core::Result<std::unique_ptr<Rendezvous>>>> joins;
+    for (int f = 0; f < num_ffn; ++f) {
+        joins.push_back(runAsync([=] {
+            return Rendezvous::join(options(port, f == 0, num_attention, num_ffn, 20s), record(Role::kFfn, f),
+                                    blobs_of(Role::kFfn, f));
+        }));
+    }
+    for (int a = 0; a < num_attention; ++a) {
+        joins.push_back(runAsync([=] {
+            return Rendezvous::join(options(port, false, num_attention, num_ffn, 20s), record(Role::kAttention, a),
+                                    blobs_of(Role::kAttention, a));
+        }));
+    }
+    std::vector<std::unique_ptr<Rendezvous>> all;
+    for (auto& join : joins) {
+        auto rv = join.get();
+        AFD_CHECK(rv.isOk(), "{}", rv.status().toString());
+        all.push_back(std::move(*rv));
+    }
+    return all;
+}
+
+TEST(RendezvousBlobs, TwoBackendsKeysSideBySidePerRank) {
+    const std::string nccl_id = std::string("\0\xff\x01", 3) + std::string(125, 'u');  // binary, 128 bytes
+    // FFN ranks 0 and 1 publish a tcp endpoint at join; FFN rank 0 also an NCCL-style id.
+    auto all = joinAll(2, 2, [&](Role role, int rank) {
+        std::vector<RendezvousBlob> blobs;
+        if (role == Role::kFfn) blobs.push_back({"tcp/endpoint", fmt::format("127.0.0.1:{}", 4000 + rank)});
+        if (role == Role::kFfn && rank == 0) blobs.push_back({"nccl/unique_id", nccl_id});
+        return blobs;
+    });
+    Rendezvous& ffn0 = *all[0];
+    Rendezvous& ffn1 = *all[1];
+    Rendezvous& a0 = *all[2];
+    Rendezvous& a1 = *all[3];
+    // A second round after the join: each attention rank publishes a handle blob under the same key name.
+    ASSERT_TRUE(a0.publish("cuda_ipc/recv.stage0", "handle-a0").isOk());
+    ASSERT_TRUE(a1.publish("cuda_ipc/recv.stage0", "handle-a1").isOk());
+    for (Rendezvous* reader : {&ffn0, &ffn1, &a0, &a1}) {
+        EXPECT_EQ(reader->fetch(Role::kFfn, 0, "tcp/endpoint", 5s).value(), "127.0.0.1:4000");
+        EXPECT_EQ(reader->fetch(Role::kFfn, 1, "tcp/endpoint", 5s).value(), "127.0.0.1:4001");
+        EXPECT_EQ(reader->fetch(Role::kFfn, 0, "nccl/unique_id", 5s).value(), nccl_id);
+        EXPECT_EQ(reader->fetch(Role::kAttention, 0, "cuda_ipc/recv.stage0", 5s).value(), "handle-a0");
+        EXPECT_EQ(reader->fetch(Role::kAttention, 1, "cuda_ipc/recv.stage0", 5s).value(), "handle-a1");
+    }
+}
+
+TEST(RendezvousBlobs, AFetchWaitsForALaterPublish) {
+    auto all = joinAll(1, 1, [](Role, int) { return std::vector<RendezvousBlob>{}; });
+    auto waiter = runAsync([&] { return all[1]->fetch(Role::kFfn, 0, "nccl/unique_id", 10s); });
+    EXPECT_EQ(waiter.wait_for(50ms), std::future_status::timeout);
+    ASSERT_TRUE(all[0]->publish("nccl/unique_id", "id").isOk());
+    EXPECT_EQ(waiter.get().value(), "id");
+}
+
+TEST(RendezvousBlobs, AMissingKeyTimesOutNamingTheRankAndTheKey) {
+    auto all = joinAll(1, 2, [](Role role, int rank) {
+        return role == Role::kFfn && rank == 0 ? std::vector<RendezvousBlob>{{"tcp/endpoint", "h:1"}}
+                                               : std::vector<RendezvousBlob>{};
+    });
+    Rendezvous& attention = *all[2];
+    auto missing = attention.fetch(Role::kFfn, 1, "tcp/endpoint", 100ms);
+    EXPECT_EQ(missing.status().code(), core::StatusCode::kTimeout);
+    EXPECT_THAT(missing.status().message(),
+                AllOf(HasSubstr("rendezvous at 127.0.0.1:"), HasSubstr("ffn rank 1 did not publish 'tcp/endpoint'"),
+                      HasSubstr("within 100 ms")));
+    // Another backend's key of a rank that published something else is missing too.
+    auto other = attention.fetch(Role::kFfn, 0, "nccl/unique_id", 0ms);
+    EXPECT_EQ(other.status().code(), core::StatusCode::kTimeout);
+    EXPECT_THAT(other.status().message(), HasSubstr("ffn rank 0 did not publish 'nccl/unique_id'"));
+    // The connection is still usable.
+    EXPECT_EQ(attention.fetch(Role::kFfn, 0, "tcp/endpoint", 0ms).value(), "h:1");
+}
+
+TEST(RendezvousBlobs, KeysValuesAndCountsAreBounded) {
+    EXPECT_TRUE(checkBlobKey("tcp/endpoint").isOk());
+    EXPECT_TRUE(checkBlobKey(std::string(kMaxBlobKeyBytes, 'k')).isOk());
+    EXPECT_THAT(checkBlobKey("").message(), HasSubstr("must have 1..128 bytes"));
+    EXPECT_THAT(checkBlobKey(std::string(kMaxBlobKeyBytes + 1, 'k')).message(), HasSubstr("must have 1..128 bytes"));
+    EXPECT_THAT(checkBlobKey("tcp endpoint").message(), HasSubstr("only letters, digits and '_-./'"));
+    EXPECT_EQ(checkBlobKey(std::string("a\0b", 3)).code(), core::StatusCode::kInvalidArgument);
+
+    // A bad key given to join fails before anything is registered.
+    auto bad_join =
+        Rendezvous::join(options(testing::pickFreePort(), true, 1, 1, 1s), record(Role::kFfn, 0), {{"bad key", "v"}});
+    EXPECT_EQ(bad_join.status().code(), core::StatusCode::kInvalidArgument);
+
+    auto all = joinAll(1, 1, [](Role, int) { return std::vector<RendezvousBlob>{}; });
+    Rendezvous& ffn = *all[0];
+    Rendezvous& attention = *all[1];
+    const auto expectInvalid = [](const core::Status& s, const std::string& needle) {
+        EXPECT_EQ(s.code(), core::StatusCode::kInvalidArgument) << s.toString();
+        EXPECT_THAT(s.message(), HasSubstr(needle));
+    };
+    expectInvalid(ffn.publish("big", std::string(kMaxBlobValueBytes + 1, 'x')),
+                  fmt::format("has {} bytes, more than the {}", kMaxBlobValueBytes + 1, kMaxBlobValueBytes));
+    ASSERT_TRUE(ffn.publish("big", std::string(kMaxBlobValueBytes, 'x')).isOk());
+    EXPECT_EQ(attention.fetch(Role::kFfn, 0, "big", 5s).value().size(), kMaxBlobValueBytes);
+    expectInvalid(ffn.publish("big", "again"), "ffn rank 0 published blob 'big' already");
+    expectInvalid(attention.fetch(Role::kFfn, 1, "big", 0ms).status(), "no ffn rank 1 (the deployment has 1)");
+    expectInvalid(attention.fetch(Role::kAttention, -1, "big", 0ms).status(), "no attention rank -1");
+    expectInvalid(attention.fetch(Role::kFfn, 0, "no key", 0ms).status(), "only letters");
+    for (size_t i = 0; i < kMaxBlobsPerRank; ++i) ASSERT_TRUE(attention.publish(fmt::format("k{}", i), "v").isOk());
+    expectInvalid(attention.publish("one-more", "v"), fmt::format("at most {} blobs", kMaxBlobsPerRank));
+}
+
+TEST(RendezvousBlobs, ARankClaimedTwiceIsCaughtAtItsFirstBlob) {
+    auto server = StoreServer::start("127.0.0.1", 0);
+    ASSERT_TRUE(server.isOk());
+    const int port = (*server)->port();
+    auto first = runAsync([port] {
+        return Rendezvous::join(options(port, false, 1, 2, 1s), record(Role::kFfn, 1), {{"tcp/endpoint", "a:1"}});
+    });
+    auto client = connectClient(port);
+    ASSERT_TRUE(client->get("afd/rank/ffn/1", 10s).isOk());
+    auto second = Rendezvous::join(options(port, false, 1, 2, 1s), record(Role::kFfn, 1), {{"tcp/endpoint", "b:2"}});
+    EXPECT_EQ(second.status().code(), core::StatusCode::kMismatch);
+    EXPECT_THAT(second.status().message(),
+                HasSubstr("blob 'tcp/endpoint' of ffn rank 1 is published already; two processes claim the same rank"));
+    EXPECT_EQ(client->get("afd/blob/ffn/1/tcp/endpoint", 0ms).value(), "a:1");  // the first claim's value stays
+    EXPECT_FALSE(first.get().isOk());
 }
 
 }  // namespace

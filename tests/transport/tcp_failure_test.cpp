@@ -99,12 +99,14 @@ TEST(TcpSetup, FfnRejectsUnknownDuplicateAndMismatchedHellosAndKeepsWaiting) {
     r.num_attention_ranks = 2;
     r.num_ffn_ranks = 1;
     auto rendezvous1 = runAsync([r] {
-        return Rendezvous::join(r, {Role::kAttention, 1, kProtocolVersion, "qwen3-moe-test/2a2f", ""});
+        return Rendezvous::join(r, {Role::kAttention, 1, kProtocolVersion, "qwen3-moe-test/2a2f"});
     });
-    auto rendezvous = Rendezvous::join(r, {Role::kAttention, 0, kProtocolVersion, "qwen3-moe-test/2a2f", ""});
+    auto rendezvous = Rendezvous::join(r, {Role::kAttention, 0, kProtocolVersion, "qwen3-moe-test/2a2f"});
     ASSERT_TRUE(rendezvous1.get().isOk());
     ASSERT_TRUE(rendezvous.isOk()) << rendezvous.status().toString();
-    auto endpoint = parseHostPort((*rendezvous)->ranks(Role::kFfn)[0].endpoint);
+    auto published = (*rendezvous)->fetch(Role::kFfn, 0, tcp::kEndpointBlob, 10s);
+    ASSERT_TRUE(published.isOk()) << published.status().toString();
+    auto endpoint = parseHostPort(*published);
     ASSERT_TRUE(endpoint.isOk());
     const PeerInfo ffn_peer{Role::kFfn, 0, endpoint->toString()};
     const auto hello = [&](Role role, int rank, std::string fingerprint) {

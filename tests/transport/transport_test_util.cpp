@@ -135,11 +135,12 @@ core::Result<RawAttentionPeer> connectRawAttention(const tcp::TcpConnectorOption
     r.num_ffn_ranks = o.num_ffn_ranks;
     r.timeout = o.rendezvous_timeout;
     RawAttentionPeer peer;
-    AFD_ASSIGN_OR_RETURN(peer.rendezvous, Rendezvous::join(r, RankRecord{Role::kAttention, o.rank, kProtocolVersion,
-                                                                         o.fingerprint, ""}));
-    const RankRecord& record = peer.rendezvous->ranks(Role::kFfn)[static_cast<size_t>(ffn_rank)];
-    AFD_ASSIGN_OR_RETURN(HostPort endpoint, parseHostPort(record.endpoint));
-    AFD_ASSIGN_OR_RETURN(peer.fd, tcp::connectAndHello(endpoint, PeerInfo{Role::kFfn, ffn_rank, record.endpoint},
+    AFD_ASSIGN_OR_RETURN(peer.rendezvous,
+                         Rendezvous::join(r, RankRecord{Role::kAttention, o.rank, kProtocolVersion, o.fingerprint}));
+    AFD_ASSIGN_OR_RETURN(const std::string published,
+                         peer.rendezvous->fetch(Role::kFfn, ffn_rank, tcp::kEndpointBlob, o.rendezvous_timeout));
+    AFD_ASSIGN_OR_RETURN(HostPort endpoint, parseHostPort(published));
+    AFD_ASSIGN_OR_RETURN(peer.fd, tcp::connectAndHello(endpoint, PeerInfo{Role::kFfn, ffn_rank, published},
                                                        {Role::kAttention, o.rank, o.fingerprint},
                                                        deadlineAfter(o.rendezvous_timeout), nullptr));
     return peer;
@@ -174,7 +175,8 @@ core::Result<RawFfnPeer> acceptRawFfn(const tcp::TcpConnectorOptions& o, int soc
     r.timeout = o.rendezvous_timeout;
     RawFfnPeer peer;
     AFD_ASSIGN_OR_RETURN(peer.rendezvous,
-                         Rendezvous::join(r, RankRecord{Role::kFfn, 0, kProtocolVersion, o.fingerprint, endpoint}));
+                         Rendezvous::join(r, RankRecord{Role::kFfn, 0, kProtocolVersion, o.fingerprint},
+                                          {{tcp::kEndpointBlob, endpoint}}));
     const std::vector<int> ranks = allRanks(o.num_attention_ranks);
     AFD_ASSIGN_OR_RETURN(peer.fds, tcp::acceptPeers(listener.get(), endpoint, ranks, {Role::kFfn, 0, o.fingerprint},
                                                     deadlineAfter(o.rendezvous_timeout), nullptr));

@@ -93,15 +93,16 @@ core::Result<std::unique_ptr<AttentionConnector>> createAttentionConnector(const
     if (options.role != Role::kAttention) {
         return core::invalidArgument("createAttentionConnector called with role {}", roleName(options.role));
     }
-    RankRecord self{Role::kAttention, options.rank, kProtocolVersion, options.fingerprint, ""};
+    RankRecord self{Role::kAttention, options.rank, kProtocolVersion, options.fingerprint};
     AFD_ASSIGN_OR_RETURN(std::unique_ptr<Rendezvous> rendezvous,
                          Rendezvous::join(rendezvousOptions(options), std::move(self)));
     const Deadline deadline = deadlineAfter(options.rendezvous_timeout);
     const FrameLimits limits{options.max_rows, options.max_frame_bytes};
     std::vector<std::unique_ptr<TcpLink>> links;
     for (int ffn_rank : options.peers) {
-        const RankRecord& record = rendezvous->ranks(Role::kFfn)[static_cast<size_t>(ffn_rank)];
-        core::Result<HostPort> endpoint = parseHostPort(record.endpoint);
+        AFD_ASSIGN_OR_RETURN(const std::string published,
+                             rendezvous->fetch(Role::kFfn, ffn_rank, kEndpointBlob, timeLeft(deadline)));
+        core::Result<HostPort> endpoint = parseHostPort(published);
         if (!endpoint.isOk()) {
             return endpoint.status().withContext(
                 fmt::format("endpoint of {} from the rendezvous", describeRank(Role::kFfn, ffn_rank)));
@@ -126,9 +127,9 @@ core::Result<std::unique_ptr<FfnConnector>> createFfnConnector(const TcpConnecto
     }
     const std::string endpoint = HostPort{advertisedHost(options), listener->port}.toString();
     AFD_LOG_INFO("ffn rank {}: data listener on {}", options.rank, endpoint);
-    RankRecord self{Role::kFfn, options.rank, kProtocolVersion, options.fingerprint, endpoint};
+    RankRecord self{Role::kFfn, options.rank, kProtocolVersion, options.fingerprint};
     AFD_ASSIGN_OR_RETURN(std::unique_ptr<Rendezvous> rendezvous,
-                         Rendezvous::join(rendezvousOptions(options), std::move(self)));
+                         Rendezvous::join(rendezvousOptions(options), std::move(self), {{kEndpointBlob, endpoint}}));
     AFD_ASSIGN_OR_RETURN(std::vector<core::UniqueFd> fds,
                          acceptPeers(listener->fd.get(), endpoint, options.peers, identity(options),
                                      deadlineAfter(options.rendezvous_timeout), options.setup_cancel));

@@ -1,9 +1,9 @@
 // The tcp backend of both connector faces: CPU memory, any hosts. The CPU and CI path.
 //
 // Setup: FFN rank 0 hosts the rendezvous store at store_host:store_port. Every FFN rank listens for data
-// connections on bind_host (an ephemeral port) and publishes advertise_host:port through the rendezvous; every
-// attention rank connects to each FFN peer and says hello (tcp_handshake.h). Either role may start first: all
-// connects retry until rendezvous_timeout.
+// connections on bind_host (an ephemeral port) and publishes advertise_host:port through the rendezvous as the
+// blob kEndpointBlob; every attention rank fetches it from each FFN peer, connects and says hello
+// (tcp_handshake.h). Either role may start first: all connects retry until rendezvous_timeout.
 #pragma once
 
 #include <chrono>
@@ -18,6 +18,9 @@
 #include "transport/socket.h"
 
 namespace afd::transport::tcp {
+
+// The rendezvous blob of an FFN rank: "host:port" of its data listener.
+inline constexpr const char* kEndpointBlob = "tcp/endpoint";
 
 struct TcpConnectorOptions {
     Role role = Role::kAttention;

@@ -1,0 +1,107 @@
+#include "transport/connector_factory.h"
+
+#include <fmt/format.h>
+
+#include <span>
+
+#include "core/check.h"
+#include "transport/tcp/tcp_backend.h"
+
+namespace afd::transport {
+namespace {
+
+// Every backend of this build. A new backend adds its entry here (and nowhere else).
+std::span<const ConnectorBackend> backends() {
+    static const ConnectorBackend table[] = {tcp::backend()};
+    return table;
+}
+
+const ConnectorBackend* findBackend(ConnectorKind kind) {
+    for (const ConnectorBackend& backend : backends()) {
+        if (backend.capabilities.kind == kind) return &backend;
+    }
+    return nullptr;
+}
+
+core::Result<const ConnectorBackend*> usableBackend(const ConnectorRequest& request) {
+    AFD_RETURN_IF_ERROR(validateRequest(request));
+    const ConnectorBackend* backend = findBackend(request.afd.connector);
+    AFD_CHECK(backend != nullptr, "validateRequest passed an unbuilt connector");
+    return backend;
+}
+
+}  // namespace
+
+std::vector<ConnectorCapabilities> builtConnectors() {
+    std::vector<ConnectorCapabilities> built;
+    for (const ConnectorBackend& backend : backends()) built.push_back(backend.capabilities);
+    return built;
+}
+
+std::string builtConnectorNames() {
+    std::vector<std::string_view> names;
+    for (const ConnectorBackend& backend : backends()) names.push_back(connectorName(backend.capabilities.kind));
+    return fmt::format("{}", fmt::join(names, ", "));
+}
+
+std::optional<ConnectorCapabilities> connectorCapabilities(ConnectorKind kind) {
+    const ConnectorBackend* backend = findBackend(kind);
+    if (backend == nullptr) return std::nullopt;
+    return backend->capabilities;
+}
+
+core::Status checkCapabilitiesAllow(const ConnectorCapabilities& capabilities, Role role, core::Device device) {
+    if (capabilities.needsCudaDevice() && device.isCpu()) {
+        return core::invalidArgument(
+            "afd.connector \"{}\" moves device memory: every rank needs a CUDA device (--device cuda), but this {} "
+            "rank runs on the CPU (the tcp connector serves CPU ranks)",
+            connectorName(capabilities.kind), roleName(role));
+    }
+    return core::Status::ok();
+}
+
+core::Status checkConnectorUsable(const AfdConfig& config, Role role, core::Device device) {
+    const std::optional<ConnectorCapabilities> capabilities = connectorCapabilities(config.connector);
+    if (!capabilities) {
+        return core::invalidArgument("afd.connector \"{}\": this build's connectors are: {}",
+                                     connectorName(config.connector), builtConnectorNames());
+    }
+    return checkCapabilitiesAllow(*capabilities, role, device);
+}
+
+core::Status validateRequest(const ConnectorRequest& r) {
+    AFD_RETURN_IF_ERROR(r.afd.validate());
+    if (r.afd.role != r.role) {
+        return core::invalidArgument("connector request for the {} role carries an afd.role of {}", roleName(r.role),
+                                     roleName(r.afd.role));
+    }
+    const int ranks = r.role == Role::kAttention ? r.afd.num_attention_ranks : r.afd.num_ffn_ranks;
+    if (r.rank < 0 || r.rank >= ranks) {
+        return core::invalidArgument("connector request: {} rank {} must be in [0, {})", roleName(r.role), r.rank,
+                                     ranks);
+    }
+    if (r.model_fingerprint.empty()) return core::invalidArgument("connector request: the model fingerprint is empty");
+    if (r.hidden_size < 1 || (r.afd.mode() == AfdMode::kM2n && r.experts_per_token < 1)) {
+        return core::invalidArgument("connector request: hidden_size {} and (m2n) experts_per_token {} must be >= 1",
+                                     r.hidden_size, r.experts_per_token);
+    }
+    return checkConnectorUsable(r.afd, r.role, r.device);
+}
+
+core::Result<std::unique_ptr<AttentionConnector>> makeAttentionConnector(const ConnectorRequest& request) {
+    if (request.role != Role::kAttention) {
+        return core::invalidArgument("makeAttentionConnector called for the {} role", roleName(request.role));
+    }
+    AFD_ASSIGN_OR_RETURN(const ConnectorBackend* backend, usableBackend(request));
+    return backend->make_attention(request);
+}
+
+core::Result<std::unique_ptr<FfnConnector>> makeFfnConnector(const ConnectorRequest& request) {
+    if (request.role != Role::kFfn) {
+        return core::invalidArgument("makeFfnConnector called for the {} role", roleName(request.role));
+    }
+    AFD_ASSIGN_OR_RETURN(const ConnectorBackend* backend, usableBackend(request));
+    return backend->make_ffn(request);
+}
+
+}  // namespace afd::transport
