@@ -12,7 +12,9 @@ namespace afd::cli {
 void addBenchCommand(CLI::App& app, int& exit_code) {
     CLI::App* bench =
         app.add_subcommand("bench", "GPU benchmarks (not in this build: configure with -DAFD_BUILD_BENCH=ON)");
-    bench->allow_extras();  // `afd bench moe --tokens 1` gets the message below, not a parse error
+    // `afd bench moe --tokens 1` gets the message below, not a parse error: extras are kept here, not passed up.
+    bench->fallthrough(false);
+    bench->allow_extras();
     bench->callback([&exit_code] {
         AFD_LOG_ERROR(
             "bench: this afd was built without the benchmark lab (bench/lab); configure with "

@@ -189,6 +189,8 @@ void addBenchGenerateCommand(CLI::App& bench, int& exit_code) {
     cmd->add_option("--csv", flags->csv, "also write the rows to this CSV file");
     cmd->callback([flags, &exit_code] { exit_code = runBenchGenerate(*flags); });
 #else
+    // Every flag of the CUDA build is taken (and ignored) here rather than passed up to afd's own options.
+    cmd->fallthrough(false);
     cmd->allow_extras();
     cmd->callback([&exit_code] {
         AFD_LOG_ERROR("{}: this afd was built without the CUDA backend", kCommand);
