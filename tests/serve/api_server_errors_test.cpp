@@ -74,6 +74,19 @@ TEST_F(ApiServerErrorsTest, RefusedRequestsLeaveTheServerServing) {
     expectError(status, reply, 400, "top_p", "in (0, 1]");
 }
 
+// The one request of `h` (max_tokens 400) was aborted before its end and every KV block is free again.
+void expectAbortedAndFreed(ServerHarness& h, int64_t blocks) {
+    ASSERT_TRUE(h.waitRecords(1, 10s));
+    const RequestRecord record = h.records()[0];
+    EXPECT_EQ(record.end, RequestEnd::kAborted);
+    EXPECT_LT(record.num_output_tokens, 400);
+    ASSERT_TRUE(h.waitIdle(10s));
+    const attention::EngineLoopStats stats = h.loop().stats();
+    EXPECT_EQ(stats.num_free_kv_blocks, blocks);
+    EXPECT_EQ(stats.num_aborted, 1u);
+    EXPECT_LT(stats.generation_tokens, 400u);
+}
+
 TEST_F(ApiServerErrorsTest, AClientThatLeavesMidStreamHasItsRequestAborted) {
     ServerHarness h(&tok());
     h.backend().setStepDelay(20ms);  // the request outlives the client
@@ -87,15 +100,7 @@ TEST_F(ApiServerErrorsTest, AClientThatLeavesMidStreamHasItsRequestAborted) {
         [&](const http::SseEvent&) { return ++events < 2; });  // leaves after the second chunk
     ASSERT_TRUE(response.isOk()) << response.status().toString();
     EXPECT_EQ(events, 2);
-    ASSERT_TRUE(h.waitRecords(1, 10s));
-    const RequestRecord record = h.records()[0];
-    EXPECT_EQ(record.end, RequestEnd::kAborted);
-    EXPECT_LT(record.num_output_tokens, 400);
-    ASSERT_TRUE(h.waitIdle(10s));
-    const attention::EngineLoopStats stats = h.loop().stats();
-    EXPECT_EQ(stats.num_free_kv_blocks, blocks);
-    EXPECT_EQ(stats.num_aborted, 1u);
-    EXPECT_LT(stats.generation_tokens, 400u);
+    expectAbortedAndFreed(h, blocks);
 }
 
 TEST_F(ApiServerErrorsTest, AClientThatLeavesBeforeAWholeReplyHasItsRequestAborted) {
@@ -109,15 +114,7 @@ TEST_F(ApiServerErrorsTest, AClientThatLeavesBeforeAWholeReplyHasItsRequestAbort
                                 R"({"prompt": [1, 2, 3, 4, 5, 6, 7, 8], "max_tokens": 400, "ignore_eos": true})");
     ASSERT_FALSE(response.isOk());
     EXPECT_EQ(response.status().code(), core::StatusCode::kTimeout) << response.status().toString();
-    ASSERT_TRUE(h.waitRecords(1, 10s));
-    const RequestRecord record = h.records()[0];
-    EXPECT_EQ(record.end, RequestEnd::kAborted);
-    EXPECT_LT(record.num_output_tokens, 400);
-    ASSERT_TRUE(h.waitIdle(10s));
-    const attention::EngineLoopStats stats = h.loop().stats();
-    EXPECT_EQ(stats.num_free_kv_blocks, blocks);
-    EXPECT_EQ(stats.num_aborted, 1u);
-    EXPECT_LT(stats.generation_tokens, 400u);
+    expectAbortedAndFreed(h, blocks);
 }
 
 TEST_F(ApiServerErrorsTest, AFailedStepEndsItsRequestsWithAnError) {
