@@ -65,7 +65,7 @@ afd_fuzz_target(frame)
 # compiler's own.
 file(GLOB AFD_FUZZ_SOURCES_http_server RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS
      ${PROJECT_SOURCE_DIR}/src/http/*.cpp)
-list(APPEND AFD_FUZZ_SOURCES_http_server src/core/check.cpp src/core/status.cpp)
+list(APPEND AFD_FUZZ_SOURCES_http_server src/core/check.cpp src/core/env.cpp src/core/status.cpp)
 set(AFD_FUZZ_DEFINES_http_server)
 foreach(define ${AFD_HTTPLIB_DEFINES})
     list(APPEND AFD_FUZZ_DEFINES_http_server -D${define})

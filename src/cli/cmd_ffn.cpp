@@ -21,6 +21,9 @@ void addFfnCommand(CLI::App& app, int& exit_code) {
         ->default_val(0)
         ->check(CLI::Range(-1, 65535));
     cmd->add_option("--admin-port-file", options->admin_port_file, "write the bound admin port here");
+    cmd->add_option("--admin-token", options->admin_token,
+                    "token POST /stop must carry (Authorization: Bearer TOKEN); default $AFD_ADMIN_TOKEN; required "
+                    "when --admin-host is not loopback");
     cmd->add_option("--status-file", options->status_file, "write a JSON exit report here");
     cmd->add_option("--device", options->device, "cpu or cuda")->default_val("cpu");
     cmd->add_option("--device-ids", options->device_ids, "GPUs indexed by LOCAL_RANK, e.g. 2,3");

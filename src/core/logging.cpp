@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace afd::core {
 namespace {
@@ -27,6 +28,7 @@ struct Sink {
     std::mutex mutex;
     std::shared_ptr<spdlog::logger> logger;
     std::string tag;
+    std::vector<LogCapture*> captures;  // guarded by mutex
 };
 
 Sink& sink() {
@@ -90,8 +92,31 @@ void logMessage(LogLevel level, std::string_view message) {
     {
         std::lock_guard lock(s.mutex);
         tag = s.tag;
+        for (LogCapture* capture : s.captures) capture->append(message);
     }
     s.logger->log(spd, "{}{}", tag, message);
+}
+
+LogCapture::LogCapture() {
+    Sink& s = sink();
+    std::lock_guard lock(s.mutex);
+    s.captures.push_back(this);
+}
+
+LogCapture::~LogCapture() {
+    Sink& s = sink();
+    std::lock_guard lock(s.mutex);
+    std::erase(s.captures, this);
+}
+
+std::vector<std::string> LogCapture::lines() const {
+    std::lock_guard lock(mutex_);
+    return lines_;
+}
+
+void LogCapture::append(std::string_view message) {
+    std::lock_guard lock(mutex_);
+    lines_.emplace_back(message);
 }
 
 }  // namespace afd::core

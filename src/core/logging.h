@@ -3,7 +3,10 @@
 
 #include <fmt/core.h>
 
+#include <mutex>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace afd::core {
 
@@ -16,6 +19,26 @@ bool parseLogLevel(std::string_view text, LogLevel* level);
 // Adds a tag to every line of this process (e.g. "ffn:1"), so interleaved logs of several ranks stay readable.
 void setLogTag(std::string_view tag);
 void logMessage(LogLevel level, std::string_view message);
+
+// Collects the messages logged (at the current level or above, from any thread) while it lives, besides printing
+// them: tests check what a process says, e.g. that a long wait names whom it waits for. Thread-safe.
+class LogCapture {
+public:
+    LogCapture();
+    ~LogCapture();
+    LogCapture(const LogCapture&) = delete;
+    LogCapture& operator=(const LogCapture&) = delete;
+
+    // The messages so far, in order, without time, level or tag.
+    std::vector<std::string> lines() const;
+
+private:
+    friend void logMessage(LogLevel level, std::string_view message);
+    void append(std::string_view message);
+
+    mutable std::mutex mutex_;
+    std::vector<std::string> lines_;
+};
 
 }  // namespace afd::core
 

@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <thread>
 
+#include "core/env.h"
 #include "core/exit_codes.h"
 #include "core/logging.h"
 #include "core/metrics.h"
@@ -20,6 +22,7 @@
 #include "ffn/ffn_runner.h"
 #include "ffn/ffn_worker.h"
 #include "ffn/status_file.h"
+#include "http/admin_auth.h"
 #include "http/http_server.h"
 #include "model/checkpoint.h"
 #include "model/fingerprint.h"
@@ -27,6 +30,7 @@
 #include "model/weights.h"
 #include "transport/afd_config.h"
 #include "transport/connector_factory.h"
+#include "transport/rendezvous_store.h"
 
 namespace afd::ffn {
 namespace {
@@ -83,6 +87,7 @@ private:
     Status configure();
     Status load();
     Status bindAdmin();
+    Status hostRendezvousStore();
     Status startAdmin();
     Status connect();
     void serve();
@@ -109,13 +114,24 @@ private:
     int gpu_ = -1;
     transport::ExpertRange experts_{};
 
-    // Resources, created in order and released in reverse.
+    std::string admin_token_;  // empty: POST /stop needs none (loopback)
+    // NOTE: AFD_TEST_LOAD_DELAY_MS, for tests only: a sleep after each layer loads, so that a test sees the `loading`
+    // state of a model that loads in milliseconds (a real model that loads slowly enough to watch takes gigabytes).
+    int64_t test_load_delay_ms_ = 0;
+
+    // Resources, released in reverse order (admin_ excepted: see below).
     std::optional<model::Checkpoint> checkpoint_;
     std::string model_fingerprint_;
     std::string fingerprint_;  // the deployment's, as every rank must share it (shown by /status)
     std::unique_ptr<FfnCompute> compute_;
     uint64_t weight_bytes_ = 0;
-    std::unique_ptr<http::HttpServer> admin_;
+    // NOTE: the admin handlers run while the weights load: they read what load() writes (compute_, fingerprint_,
+    // weight_bytes_) only once loaded_ is true (set after those, sequentially consistent), and the progress from
+    // the two atomics before.
+    std::atomic<bool> loaded_{false};
+    std::atomic<int64_t> layers_loaded_{0};
+    std::atomic<int64_t> num_layers_{0};
+    std::unique_ptr<transport::StoreServer> store_;  // rank 0: the rendezvous store, up before loading
     std::unique_ptr<transport::Canceller> setup_cancel_;
     std::unique_ptr<transport::FfnConnector> connector_;
     std::unique_ptr<FfnRunner> runner_;
@@ -129,6 +145,9 @@ private:
     std::string stop_reason_;
 
     ServiceStatusReport report_;
+    // NOTE: declared last, so that it is destroyed (its handler threads joined) before anything its handlers use;
+    // shutdown() stops it explicitly in the ordered path.
+    std::unique_ptr<http::HttpServer> admin_;
 };
 
 int Service::fail(std::string reason, int code, const Status& error) {
@@ -206,11 +225,16 @@ Status Service::configure() {
     }
     report_.expert_begin = experts_.begin;
     report_.expert_end = experts_.end;
+    if (options_.admin_port >= 0) {
+        AFD_ASSIGN_OR_RETURN(admin_token_, http::resolveAdminToken(options_.admin_host, options_.admin_token));
+    }
+    AFD_ASSIGN_OR_RETURN(test_load_delay_ms_, core::envInt("AFD_TEST_LOAD_DELAY_MS", 0, 0, 60000));
     AFD_LOG_INFO("effective AFD config: {}", afd_.toJson());
     return Status::ok();
 }
 
 Status Service::load() {
+    num_layers_ = model_config_.num_hidden_layers;
     state_ = State::kLoading;
     const auto start = std::chrono::steady_clock::now();
     AFD_ASSIGN_OR_RETURN(model::Checkpoint checkpoint, model::Checkpoint::open(options_.model_dir));
@@ -223,11 +247,25 @@ Status Service::load() {
     const int64_t max_rows =
         static_cast<int64_t>(afd_.topology().attentionPeersOfFfn(rank_).size()) * afd_.max_num_tokens;
     AFD_RETURN_IF_ERROR(checkFfnComputeFits(options_.device, gpu_, model_config_, selection, max_rows));
-    AFD_ASSIGN_OR_RETURN(model::ModelWeights weights, model::loadWeights(*checkpoint_, model_config_, selection));
+    int64_t last_tenth = 0;
+    const model::LoadProgress progress = [&](int64_t done, int64_t total) {
+        if (test_load_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(test_load_delay_ms_));
+        layers_loaded_ = done;
+        // A line at each tenth: a long load shows that it moves (and /status has every layer).
+        const int64_t tenth = total > 0 ? 10 * done / total : 10;
+        if (tenth > last_tenth && done < total) {
+            last_tenth = tenth;
+            AFD_LOG_INFO("loading weights: {}/{} layers ({}%) in {:.1f} s", done, total, 100 * done / total,
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+    };
+    AFD_ASSIGN_OR_RETURN(model::ModelWeights weights,
+                         model::loadWeights(*checkpoint_, model_config_, selection, progress));
     weight_bytes_ = weights.checkpoint_bytes;
     AFD_ASSIGN_OR_RETURN(compute_,
                          createFfnCompute(options_.device, gpu_, model_config_, std::move(weights), max_rows));
     report_.weight_bytes = weight_bytes_;
+    loaded_ = true;
     AFD_LOG_INFO("loaded {} bytes of weights (experts [{}, {}) of {}, {} mode) onto {} in {:.2f} s", weight_bytes_,
                  experts_.begin, experts_.end, model_config_.num_experts,
                  afd_.compute_gate_on_attention ? "m2n" : "p2p", compute_->describe(),
@@ -242,11 +280,13 @@ nlohmann::json Service::statusJson() const {
     j["world_size"] = world_size_;
     j["local_rank"] = local_rank_;
     j["state"] = stateName(state_.load());
-    j["device"] = compute_ ? compute_->describe() : options_.device;
+    const bool loaded = loaded_.load();
+    j["device"] = loaded && compute_ ? compute_->describe() : options_.device;
     j["model"] = options_.model_dir;
-    j["fingerprint"] = fingerprint_;
+    j["fingerprint"] = loaded ? fingerprint_ : std::string();
     j["expert_range"] = {experts_.begin, experts_.end};
-    j["weight_bytes"] = weight_bytes_;
+    j["weight_bytes"] = loaded ? weight_bytes_ : 0;
+    j["load"] = {{"layers_done", layers_loaded_.load()}, {"num_layers", num_layers_.load()}, {"done", loaded}};
     j["afd"] = nlohmann::json::parse(afd_.toJson());
     // NOTE: runner_ is assigned before state_ becomes kServing (a sequentially consistent store), so it is read
     // only after the state says it exists.
@@ -269,8 +309,8 @@ nlohmann::json Service::statusJson() const {
     return j;
 }
 
-// Binds the admin port before any weight is read, so that a taken port fails the start at once; serving starts
-// once the weights are loaded (startAdmin), and clients that come earlier wait in the listen backlog.
+// Binds the admin port before any weight is read, so that a taken port fails the start at once; it serves from
+// before the load on (startAdmin), so that /status shows the load's progress.
 Status Service::bindAdmin() {
     if (options_.admin_port < 0) return Status::ok();
     http::HttpServerOptions options;
@@ -289,7 +329,12 @@ Status Service::bindAdmin() {
         const State s = state_.load();
         return s == State::kServing ? plain(200, "ready\n") : plain(503, std::string(stateName(s)) + "\n");
     });
-    admin_->addRoute("POST", "/stop", [this](const http::HttpRequest&) {
+    admin_->addRoute("POST", "/stop", [this](const http::HttpRequest& request) {
+        if (auto refused = http::checkBearerToken(request, admin_token_)) {
+            AFD_LOG_WARN("POST /stop from {} refused: {}", request.remote_address,
+                         request.header("authorization") ? "wrong admin token" : "no admin token");
+            return *refused;
+        }
         requestStop("POST /stop");
         return http::HttpReply::json(200, "{\"stopping\":true}\n");
     });
@@ -301,12 +346,27 @@ Status Service::bindAdmin() {
         reply.content_type = std::string(core::MetricsRegistry::kContentType);
         return reply;
     });
-    return admin_->bind();
+    return admin_->bind().withContext(
+        fmt::format("--admin-port {} (--admin-host {})", options_.admin_port, options_.admin_host));
+}
+
+// Rank 0 hosts the rendezvous store (DESIGN.md §5: the service owns it) from before the load on: a taken afd.port
+// fails the start before any weight is read, and peers that come early find the store up.
+Status Service::hostRendezvousStore() {
+    if (rank_ != 0) return Status::ok();
+    core::Result<std::unique_ptr<transport::StoreServer>> store = transport::StoreServer::start(afd_.host, afd_.port);
+    if (!store.isOk()) {
+        return core::invalidArgument("afd.port {} (afd.host {}): ffn rank 0 cannot host the rendezvous store there: {}",
+                                     afd_.port, afd_.host, store.status().message());
+    }
+    store_ = std::move(store).value();
+    return Status::ok();
 }
 
 Status Service::startAdmin() {
     if (!admin_) return Status::ok();
     AFD_RETURN_IF_ERROR(admin_->start());
+    if (!admin_token_.empty()) AFD_LOG_INFO("admin POST /stop needs \"Authorization: Bearer <admin token>\"");
     if (!options_.admin_port_file.empty()) {
         const std::string tmp = options_.admin_port_file + ".tmp";
         {
@@ -331,6 +391,7 @@ transport::ConnectorRequest Service::connectorRequest() const {
     request.hidden_size = model_config_.hidden_size;
     request.experts_per_token = model_config_.num_experts_per_tok;
     request.setup_cancel = setup_cancel_.get();
+    request.rendezvous_store_started = store_ != nullptr;
     return request;
 }
 
@@ -391,6 +452,10 @@ int Service::shutdown() {
         connector_->close();
         released.push_back("connector closed");
     }
+    if (store_) {
+        store_.reset();
+        released.push_back("rendezvous store stopped");
+    }
     if (compute_) {
         compute_->release();
         released.push_back(fmt::format("{} weights released", compute_->describe()));
@@ -424,11 +489,13 @@ int Service::run() {
         code = fail("config_error", core::kExitBadConfig, s);
     } else if (Status s = bindAdmin(); !s.isOk()) {
         code = fail("config_error", core::kExitBadConfig, s);
+    } else if (Status s = hostRendezvousStore(); !s.isOk()) {
+        code = fail("config_error", core::kExitBadConfig, s);
+    } else if (Status s = startAdmin(); !s.isOk()) {
+        code = fail("config_error", core::kExitBadConfig, s);
     } else if (Status s = load(); !s.isOk()) {
         code =
             fail(core::exitCodeFor(s) == core::kExitBadConfig ? "config_error" : "load_error", core::exitCodeFor(s), s);
-    } else if (Status s = startAdmin(); !s.isOk()) {
-        code = fail("config_error", core::kExitBadConfig, s);
     } else if (stopped()) {
         report_.exit_reason = "stopped";
     } else if (Status s = connect(); !s.isOk()) {

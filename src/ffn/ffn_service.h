@@ -2,9 +2,11 @@
 //
 //   parse and validate everything (AFD config with role ffn, RANK/WORLD_SIZE/LOCAL_RANK with WORLD_SIZE ==
 //   num_ffn_ranks, the device, afd.connector against this build and the device, the model's config.json, the
-//   expert range), bind the admin port → exit 2 on any error
+//   expert range, the admin token), bind every port this rank listens on (the admin port; on rank 0 the
+//   rendezvous store at afd.host:afd.port) → exit 2 on any error, before any weight is read
+//   → admin HTTP serves (/health /ready /status /metrics, POST /stop): /status says "loading" with the layers loaded
 //   → load only this rank's weights, report the bytes                             → exit 1 on a bad checkpoint
-//   → admin HTTP serves (/health /ready /status /metrics, POST /stop) → rendezvous and connect (either start order)
+//   → rendezvous and connect (either start order)
 //   → the step loop on a worker thread → wait for SIGTERM/SIGINT, POST /stop, every peer leaving, or a loop error
 //   → ordered shutdown: stop → cancel an idle receive → join (bounded) → close the connector → release device
 //     memory → stop HTTP → status file → exit code (0 clean stop, 2 configuration, 3 peer lost, 1 other
@@ -28,8 +30,10 @@ struct FfnServiceOptions {
     std::optional<int> world_size;
     std::optional<int> local_rank;
     std::string admin_host = "127.0.0.1";
-    int admin_port = 0;               // 0: an ephemeral port (logged, and written to admin_port_file)
-    std::string admin_port_file;      // optional: receives the bound admin port once it listens
+    int admin_port = 0;                      // 0: an ephemeral port (logged, and written to admin_port_file)
+    std::string admin_port_file;             // optional: receives the bound admin port once it serves
+    std::optional<std::string> admin_token;  // --admin-token (else $AFD_ADMIN_TOKEN); needed off loopback
+
     std::string status_file;          // optional: written at exit
     std::string device = "cpu";       // cpu | cuda
     std::string device_ids;           // cuda: comma-separated GPUs; LOCAL_RANK indexes it (default: LOCAL_RANK)

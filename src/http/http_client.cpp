@@ -3,7 +3,8 @@
 // cpp-httplib is included by this file and httplib_adapters.h only (cmake/AfdHttpDeps.cmake says why).
 #include <httplib.h>
 #if !defined(CPPHTTPLIB_OPENSSL_SUPPORT)
-#error "httplib.h must be compiled with CPPHTTPLIB_OPENSSL_SUPPORT, as Debian's libcpp-httplib is (afd::httplib sets it)"
+#error \
+    "httplib.h must be compiled with CPPHTTPLIB_OPENSSL_SUPPORT, as Debian's libcpp-httplib is (afd::httplib sets it)"
 #endif
 
 #include <netdb.h>
@@ -106,13 +107,18 @@ struct HttpClient::Impl {
     std::atomic<bool> aborted{false};
 };
 
-core::Result<HttpResponse> HttpClient::Impl::call(std::string_view method, std::string_view path,
-                                                  std::string_view body, std::string_view content_type,
-                                                  const BodyCallback* on_piece) {
+core::Result<HttpResponse> HttpClient::Impl::call(std::string_view method, std::string_view path, std::string_view body,
+                                                  std::string_view content_type, const BodyCallback* on_piece) {
     const std::string where = fmt::format("HTTP {} {}:{}{}", method, host, port, path);
     if (method.empty() || !sendable(method) || path.empty() || path.front() != '/' || !sendable(path) ||
         content_type.find_first_of("\r\n") != std::string_view::npos) {
         return core::invalidArgument("{}: the method, path or content type cannot be sent in a request", where);
+    }
+    for (const auto& [name, value] : options.headers) {
+        if (name.empty() || name.find_first_of(":\r\n") != std::string::npos ||
+            value.find_first_of("\r\n") != std::string::npos) {
+            return core::invalidArgument("{}: header '{}' cannot be sent in a request", where, name);
+        }
     }
     std::lock_guard lock(call_mutex);
     SigpipeBlock no_sigpipe;
@@ -131,6 +137,7 @@ core::Result<HttpResponse> HttpClient::Impl::call(std::string_view method, std::
     httplib::Request request;
     request.method = std::string(method);
     request.path = std::string(path);
+    for (const auto& [name, value] : options.headers) request.set_header(name, value);
     if (!body.empty() || method == "POST" || method == "PUT" || method == "PATCH") {
         request.body = std::string(body);
         request.set_header("Content-Type", std::string(content_type));

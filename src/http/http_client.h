@@ -34,8 +34,11 @@ struct HttpClientOptions {
     std::chrono::milliseconds connect_timeout{5000};
     // get/post/send: the whole exchange. stream/streamEvents: each wait for the next bytes (a stream may run longer).
     std::chrono::milliseconds timeout{10000};
-    bool keep_alive = false;                    // reuse one connection across calls
+    bool keep_alive = false;                   // reuse one connection across calls
     size_t max_body_bytes = size_t{64} << 20;  // a larger body (not streamed) fails the call with kCorrupt
+    // Sent with every request, e.g. {"Authorization", "Bearer TOKEN"}; a name or value with a line break fails the
+    // call with kInvalidArgument.
+    std::vector<std::pair<std::string, std::string>> headers;
 };
 
 // Gets each piece of a streamed body as it arrives; false stops reading.
@@ -65,8 +68,7 @@ public:
     // (the server sees the client leave) and the call returns the response so far, ok. Errors as for send(), with
     // kTimeout meaning no bytes came for options.timeout.
     core::Result<HttpResponse> stream(std::string_view method, std::string_view path, std::string_view body,
-                                      const BodyCallback& on_piece,
-                                      std::string_view content_type = "application/json");
+                                      const BodyCallback& on_piece, std::string_view content_type = "application/json");
     // stream() of a text/event-stream body through an SseParser: `on_event` gets each event. kCorrupt as well for an
     // event over 1 MiB.
     core::Result<HttpResponse> streamEvents(std::string_view method, std::string_view path, std::string_view body,

@@ -43,6 +43,9 @@ struct ConnectorRequest {
     int64_t hidden_size = 0;                    // the model's hidden size (frame widths)
     int64_t experts_per_token = 0;              // the router's top-k (m2n dispatch frames); unused in p2p
     const Canceller* setup_cancel = nullptr;    // interrupts rendezvous and connection setup; may be null
+    // FFN rank 0: the caller started the rendezvous store at afd.host:afd.port (StoreServer) before loading, so that
+    // a taken port is found before any weight is read, and keeps it up while the connector lives.
+    bool rendezvous_store_started = false;
 
     // The fingerprint every rank must share: the model's and the deployment's (afd.fingerprint()).
     std::string deploymentFingerprint() const;

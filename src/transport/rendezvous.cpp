@@ -79,9 +79,75 @@ core::Status comparePeers(const RankRecord& self, const std::vector<RankRecord>&
     return core::mismatch("{}: {}", where, fmt::join(problems, "; "));
 }
 
+using RankId = std::pair<Role, int>;
+
+// "ffn ranks 0, 1 (of 2) and attention rank 1 (of 3)": `ranks` grouped by role, FFN ranks first.
+std::string describeAwaited(const std::vector<RankId>& ranks, int num_attention_ranks, int num_ffn_ranks) {
+    std::vector<std::string> parts;
+    for (const Role role : {Role::kFfn, Role::kAttention}) {
+        std::vector<int> of_role;
+        for (const auto& [r, rank] : ranks) {
+            if (r == role) of_role.push_back(rank);
+        }
+        if (of_role.empty()) continue;
+        parts.push_back(fmt::format("{} (of {})", describeRanks(role, of_role),
+                                    role == Role::kFfn ? num_ffn_ranks : num_attention_ranks));
+    }
+    return fmt::format("{}", fmt::join(parts, " and "));
+}
+
+// Waits until the store holds key_of(r) for every rank r of `ranks`, or `deadline`: values[i] receives the value of
+// ranks[i] (empty while it is missing), `missing` the ranks still absent at the deadline. Each time a slice of
+// `progress` runs out before the deadline, report(the ranks still missing) runs. Errors other than a timeout end the
+// wait and are returned.
+template <typename KeyOf, typename Report>
+core::Status awaitRankKeys(StoreClient& store, const std::vector<RankId>& ranks, KeyOf key_of, Deadline deadline,
+                           WaitProgress& progress, Report report, std::vector<std::string>* values,
+                           std::vector<RankId>* missing) {
+    values->assign(ranks.size(), std::string());
+    std::vector<size_t> pending;
+    for (size_t i = 0; i < ranks.size(); ++i) pending.push_back(i);
+    const auto stillMissing = [&] {
+        std::vector<RankId> out;
+        for (size_t i : pending) out.push_back(ranks[i]);
+        return out;
+    };
+    // Takes the value of pending[k] when the store has it within `wait`; false when it does not.
+    const auto take = [&](size_t k, milliseconds wait) -> core::Result<bool> {
+        core::Result<std::string> value = store.get(key_of(ranks[pending[k]]), wait);
+        if (!value.isOk()) {
+            if (value.status().code() == core::StatusCode::kTimeout) return false;
+            return value.status();
+        }
+        (*values)[pending[k]] = std::move(*value);
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(k));
+        return true;
+    };
+    bool report_due = false;
+    while (true) {
+        // What is there already, without waiting (a report names only who is missing now); then a wait for the first
+        // rank still missing until the slice ends.
+        for (size_t k = 0; k < pending.size();) {
+            AFD_ASSIGN_OR_RETURN(const bool taken, take(k, milliseconds(0)));
+            if (!taken) ++k;
+        }
+        if (pending.empty() || Clock::now() >= deadline) break;
+        if (report_due) report(stillMissing());
+        AFD_ASSIGN_OR_RETURN(const bool taken, take(0, timeLeft(progress.sliceEnd())));
+        report_due = !taken && progress.reportDue();
+    }
+    *missing = stillMissing();
+    return core::Status::ok();
+}
+
 }  // namespace
 
 std::string describeRank(Role role, int rank) { return fmt::format("{} rank {}", roleName(role), rank); }
+
+std::string describeRanks(Role role, std::span<const int> ranks) {
+    if (ranks.size() == 1) return describeRank(role, ranks[0]);
+    return fmt::format("{} ranks {}", roleName(role), fmt::join(ranks, ", "));
+}
 
 core::Status checkBlobKey(std::string_view key) {
     if (key.empty() || key.size() > kMaxBlobKeyBytes) {
@@ -132,13 +198,21 @@ core::Result<std::string> Rendezvous::fetch(Role role, int rank, std::string_vie
     if (rank < 0 || rank >= count) {
         return core::invalidArgument("{}: no {} rank {} (the deployment has {})", where, roleName(role), rank, count);
     }
-    core::Result<std::string> value = client_->get(blobKey(role, rank, key), timeout);
-    if (value.isOk()) return value;
-    if (value.status().code() == core::StatusCode::kTimeout) {
-        return core::timeoutError("{}: {} did not publish '{}' within {}", where, describeRank(role, rank), key,
-                                  formatDuration(timeout));
+    const Deadline deadline = deadlineAfter(timeout);
+    WaitProgress progress(deadline, report_interval_);
+    while (true) {
+        core::Result<std::string> value = client_->get(blobKey(role, rank, key), timeLeft(progress.sliceEnd()));
+        if (value.isOk()) return value;
+        if (value.status().code() != core::StatusCode::kTimeout) return value.status().withContext(where);
+        if (Clock::now() >= deadline) {
+            return core::timeoutError("{}: {} did not publish '{}' within {}", where, describeRank(role, rank), key,
+                                      formatDuration(timeout));
+        }
+        if (progress.reportDue()) {
+            AFD_LOG_INFO("{}: {} waiting for {} to publish '{}' ({})", where, describeRank(self_.role, self_.rank),
+                         describeRank(role, rank), key, progress.progress());
+        }
     }
-    return value.status().withContext(where);
 }
 
 core::Result<std::unique_ptr<Rendezvous>> Rendezvous::join(const RendezvousOptions& options, RankRecord self,
@@ -151,13 +225,14 @@ core::Result<std::unique_ptr<Rendezvous>> Rendezvous::join(const RendezvousOptio
     rv->store_address_ = options.store.toString();
     rv->num_attention_ranks_ = options.num_attention_ranks;
     rv->num_ffn_ranks_ = options.num_ffn_ranks;
+    rv->report_interval_ = options.report_interval;
     rv->self_ = self;
-    if (options.host_store) {
+    if (options.host_store && !options.store_started) {
         AFD_ASSIGN_OR_RETURN(rv->server_, StoreServer::start(options.store.host, options.store.port));
     }
     {
         core::Result<std::unique_ptr<StoreClient>> client =
-            StoreClient::connect(options.store, deadline, options.cancel);
+            StoreClient::connect(options.store, deadline, options.cancel, options.report_interval);
         if (!client.isOk()) return client.status().withContext(where);
         rv->client_ = std::move(*client);
     }
@@ -175,39 +250,56 @@ core::Result<std::unique_ptr<Rendezvous>> Rendezvous::join(const RendezvousOptio
                  options.num_attention_ranks, options.num_ffn_ranks);
 
     // Wait for every rank, FFN ranks first; after the deadline, list everyone still missing.
-    std::vector<std::pair<Role, int>> expected;
+    std::vector<RankId> expected;
     for (int r = 0; r < options.num_ffn_ranks; ++r) expected.emplace_back(Role::kFfn, r);
     for (int r = 0; r < options.num_attention_ranks; ++r) expected.emplace_back(Role::kAttention, r);
-    std::vector<RankRecord> all;
-    std::vector<std::string> missing;
-    for (const auto& [role, rank] : expected) {
-        const milliseconds wait = missing.empty() ? timeLeft(deadline) : milliseconds(0);
-        core::Result<std::string> text = store.get(recordKey(role, rank), wait);
-        if (!text.isOk()) {
-            if (text.status().code() != core::StatusCode::kTimeout) return text.status().withContext(where);
-            missing.push_back(describeRank(role, rank));
-            continue;
-        }
-        AFD_ASSIGN_OR_RETURN(RankRecord record, decodeRecord(*text, role, rank, where));
-        all.push_back(std::move(record));
+    const auto awaited = [&](const std::vector<RankId>& ranks) {
+        return describeAwaited(ranks, options.num_attention_ranks, options.num_ffn_ranks);
+    };
+    std::vector<std::string> texts;
+    std::vector<RankId> missing;
+    {
+        WaitProgress progress(start, deadline, options.report_interval);
+        const core::Status waited = awaitRankKeys(
+            store, expected, [](const RankId& r) { return recordKey(r.first, r.second); }, deadline, progress,
+            [&](const std::vector<RankId>& still) {
+                AFD_LOG_INFO("{}: waiting for {} to register at {} ({})", self_name, awaited(still), rv->store_address_,
+                             progress.progress());
+            },
+            &texts, &missing);
+        if (!waited.isOk()) return waited.withContext(where);
     }
     if (!missing.empty()) {
+        std::vector<std::string> names;
+        for (const auto& [role, rank] : missing) names.push_back(describeRank(role, rank));
         return core::timeoutError("{} timed out after {}: {} never registered", where,
                                   formatDuration(std::chrono::duration_cast<milliseconds>(Clock::now() - start)),
-                                  fmt::join(missing, ", "));
+                                  fmt::join(names, ", "));
+    }
+    std::vector<RankRecord> all;
+    for (size_t i = 0; i < expected.size(); ++i) {
+        AFD_ASSIGN_OR_RETURN(RankRecord record, decodeRecord(texts[i], expected[i].first, expected[i].second, where));
+        all.push_back(std::move(record));
     }
     AFD_RETURN_IF_ERROR(store.set(seenKey(self.role, self.rank), "1"));
 
     const core::Status compared = comparePeers(self, all, where);
     if (options.host_store) {
         // Serve until everyone has read the records, so that each rank sees the same mismatches as this one.
-        for (const auto& [role, rank] : expected) {
-            core::Result<std::string> seen = store.get(seenKey(role, rank), timeLeft(deadline));
-            if (!seen.isOk()) {
-                AFD_LOG_WARN("{}: {} did not confirm reading the records: {}", where, describeRank(role, rank),
-                             seen.status().message());
-                break;
-            }
+        WaitProgress progress(start, deadline, options.report_interval);
+        std::vector<std::string> seen;
+        std::vector<RankId> unseen;
+        const core::Status waited = awaitRankKeys(
+            store, expected, [](const RankId& r) { return seenKey(r.first, r.second); }, deadline, progress,
+            [&](const std::vector<RankId>& still) {
+                AFD_LOG_INFO("{}: waiting for {} to read the records ({})", where, awaited(still), progress.progress());
+            },
+            &seen, &unseen);
+        if (!waited.isOk()) {
+            AFD_LOG_WARN("{}: waiting for every rank to read the records: {}", where, waited.message());
+        } else if (!unseen.empty()) {
+            AFD_LOG_WARN("{}: {} did not confirm reading the records within {}", where, awaited(unseen),
+                         formatDuration(options.timeout));
         }
     }
     AFD_RETURN_IF_ERROR(compared);

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,11 +21,14 @@
 #include "transport/rendezvous_store.h"
 #include "transport/role.h"
 #include "transport/socket.h"
+#include "transport/wait_progress.h"
 
 namespace afd::transport {
 
 // "ffn rank 1", "attention rank 0".
 std::string describeRank(Role role, int rank);
+// "ffn rank 1", "attention ranks 0, 2": ranks of one role in one phrase.
+std::string describeRanks(Role role, std::span<const int> ranks);
 
 struct RankRecord {
     Role role = Role::kAttention;
@@ -49,9 +53,15 @@ core::Status checkBlobKey(std::string_view key);
 struct RendezvousOptions {
     HostPort store;           // afd.host:afd.port
     bool host_store = false;  // true on the one rank that serves the store (FFN rank 0)
+    // With host_store: the caller started the StoreServer at `store` already (so that a taken port is found before
+    // any weight is read) and keeps it up for as long as the Rendezvous lives; join() then starts none.
+    bool store_started = false;
     int num_attention_ranks = 0;
     int num_ffn_ranks = 0;
     std::chrono::milliseconds timeout{30000};
+    // While waiting (for the store to accept, for ranks to register), one INFO line this often names who is still
+    // awaited; 0: never.
+    std::chrono::milliseconds report_interval = kWaitReportInterval;
     const Canceller* cancel = nullptr;  // may be null; must outlive the Rendezvous
 };
 
@@ -59,6 +69,8 @@ class Rendezvous {
 public:
     // Hosts the store when asked, connects to it (retrying until the timeout), publishes `blobs` (so that they
     // are readable once the record is), registers `self`, waits for everyone, checks versions and fingerprints.
+    // Every report_interval of waiting logs who is still awaited: "waiting for ffn ranks 0, 1 (of 2) to register at
+    // <store> (5 s of 120 s)".
     // Errors: kInvalidArgument for a blob that breaks the rules; kTimeout naming the ranks that never
     // registered; kMismatch naming who holds which version or fingerprint, or a rank registered twice; kCorrupt
     // for a record that does not parse. The hosting rank keeps the store up until every rank has read the
@@ -79,8 +91,9 @@ public:
     // Each key once; kInvalidArgument for a key or value that breaks the rules, a key published already, or one
     // blob more than kMaxBlobsPerRank.
     core::Status publish(std::string_view key, std::string_view value);
-    // The blob `key` of (role, rank), waiting up to `timeout` for it to be published. kTimeout names the rank and
-    // the key; kInvalidArgument for a bad key or a rank outside the deployment.
+    // The blob `key` of (role, rank), waiting up to `timeout` for it to be published (logging every report_interval
+    // that it still waits). kTimeout names the rank and the key; kInvalidArgument for a bad key or a rank outside the
+    // deployment.
     core::Result<std::string> fetch(Role role, int rank, std::string_view key, std::chrono::milliseconds timeout);
 
 private:
@@ -95,6 +108,7 @@ private:
     std::vector<RankRecord> ffn_;
     int num_attention_ranks_ = 0;
     int num_ffn_ranks_ = 0;
+    std::chrono::milliseconds report_interval_{0};  // RendezvousOptions::report_interval, for fetch()
     std::set<std::string, std::less<>> published_;  // this rank's blob keys
 };
 

@@ -299,8 +299,9 @@ core::Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string&
 // ---- client ----
 
 core::Result<std::unique_ptr<StoreClient>> StoreClient::connect(const HostPort& address, Deadline deadline,
-                                                                const Canceller* cancel) {
-    AFD_ASSIGN_OR_RETURN(core::UniqueFd fd, connectTcp(address, deadline, cancel, "rendezvous store"));
+                                                                const Canceller* cancel, milliseconds report_every) {
+    AFD_ASSIGN_OR_RETURN(core::UniqueFd fd, connectTcp(address, deadline, cancel,
+                                                       "the rendezvous store (ffn rank 0 hosts it)", report_every));
     return std::unique_ptr<StoreClient>(new StoreClient(std::move(fd), address, cancel));
 }
 

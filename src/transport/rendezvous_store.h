@@ -53,10 +53,12 @@ private:
 // the connection is closed and every later call fails.
 class StoreClient {
 public:
-    // Connects, retrying until `deadline` (the store may start after the client). `cancel` (may be null)
-    // interrupts this and every later wait of the client; it must outlive the client.
-    static core::Result<std::unique_ptr<StoreClient>> connect(const HostPort& address, Deadline deadline,
-                                                              const Canceller* cancel);
+    // Connects, retrying until `deadline` (the store may start after the client), logging every `report_every`
+    // (0: never) that it still waits (connectTcp). `cancel` (may be null) interrupts this and every later wait of
+    // the client; it must outlive the client.
+    static core::Result<std::unique_ptr<StoreClient>> connect(
+        const HostPort& address, Deadline deadline, const Canceller* cancel,
+        std::chrono::milliseconds report_every = std::chrono::milliseconds(0));
     StoreClient(const StoreClient&) = delete;
     StoreClient& operator=(const StoreClient&) = delete;
 

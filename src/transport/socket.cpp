@@ -17,6 +17,9 @@
 #include <limits>
 #include <random>
 
+#include "core/logging.h"
+#include "transport/wait_progress.h"
+
 namespace afd::transport {
 namespace {
 
@@ -76,14 +79,20 @@ struct Attempt {
     int error = 0;
 };
 
-core::Result<Attempt> connectOnce(const addrinfo& ai, Deadline deadline, const Canceller* cancel,
-                                  std::string_view what) {
+// A connect still in progress when a slice of `progress` ends calls report() and goes on waiting until `deadline`.
+template <typename Report>
+core::Result<Attempt> connectOnce(const addrinfo& ai, Deadline deadline, const Canceller* cancel, std::string_view what,
+                                  WaitProgress& progress, Report report) {
     core::UniqueFd fd(::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.ai_protocol));
     if (!fd.valid()) return core::ioError("{}: socket(): {}", what, errnoText(errno));
     if (::connect(fd.get(), ai.ai_addr, ai.ai_addrlen) != 0) {
         if (errno != EINPROGRESS) return Attempt{core::UniqueFd(), errno};
-        AFD_ASSIGN_OR_RETURN(short revents, waitFd(fd.get(), POLLOUT, deadline, cancel, what));
-        (void)revents;
+        while (true) {
+            core::Result<short> ready = waitFd(fd.get(), POLLOUT, progress.sliceEnd(), cancel, what);
+            if (ready.isOk()) break;
+            if (ready.status().code() != core::StatusCode::kTimeout || Clock::now() >= deadline) return ready.status();
+            if (progress.reportDue()) report();
+        }
         int error = 0;
         socklen_t len = sizeof(error);
         if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &len) != 0) {
@@ -261,16 +270,24 @@ core::Result<core::UniqueFd> acceptTcp(int listen_fd, Deadline deadline, const C
 }
 
 core::Result<core::UniqueFd> connectTcp(const HostPort& address, Deadline deadline, const Canceller* cancel,
-                                        std::string_view what) {
+                                        std::string_view what, milliseconds report_every) {
     const std::string where = address.toString();
     const Clock::time_point start = Clock::now();
+    WaitProgress progress(start, deadline, report_every);
     milliseconds backoff(10);
     std::string last_error = "no attempt";
+    const auto report = [&] {
+        AFD_LOG_INFO("waiting for {} at {} to accept a connection ({}; last error: {})", what, where,
+                     progress.progress(), last_error);
+    };
     while (true) {
         core::Result<AddrInfoPtr> info = resolve(address.host, address.port, /*passive=*/false);
         if (info.isOk()) {
             for (const addrinfo* ai = info->get(); ai != nullptr; ai = ai->ai_next) {
-                core::Result<Attempt> attempt = connectOnce(*ai, deadline, cancel, what);
+                core::Result<Attempt> attempt = connectOnce(*ai, deadline, cancel, what, progress, [&] {
+                    last_error = "the connection attempt has not completed";
+                    report();
+                });
                 if (!attempt.isOk()) {
                     if (attempt.status().code() == core::StatusCode::kTimeout) break;
                     return attempt.status().withContext(fmt::format("connecting to {} at {}", what, where));
@@ -290,8 +307,10 @@ core::Result<core::UniqueFd> connectTcp(const HostPort& address, Deadline deadli
                                       formatDuration(std::chrono::duration_cast<milliseconds>(now - start)),
                                       last_error);
         }
-        // Back off, cancellably, before the next attempt.
-        const Deadline retry_at = std::min(deadline, deadlineAfter(backoff));
+        if (progress.reportDue()) report();
+        // Back off, cancellably, before the next attempt (one comes at each report time, so that reports are
+        // on time).
+        const Deadline retry_at = std::min({deadline, deadlineAfter(backoff), progress.sliceEnd()});
         backoff = std::min(backoff * 2, milliseconds(250));
         pollfd pfd{cancel != nullptr ? cancel->fd() : -1, POLLIN, 0};
         const int rc = ::poll(&pfd, 1, pollTimeoutMs(retry_at));

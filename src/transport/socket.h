@@ -73,9 +73,12 @@ core::Result<core::UniqueFd> acceptTcp(int listen_fd, Deadline deadline, const C
                                        std::string_view what);
 
 // Connects to `address`, retrying refused or unreachable attempts until `deadline`, so that either side may
-// start first. `what` names the purpose in errors ("rendezvous store", "ffn rank 1").
+// start first. `what` names the purpose in errors ("rendezvous store", "ffn rank 1"). While no connection is made,
+// every `report_every` (> 0; 0: never) logs at INFO "waiting for <what> at <address> to accept a connection (5 s
+// of 120 s; last error: …)".
 core::Result<core::UniqueFd> connectTcp(const HostPort& address, Deadline deadline, const Canceller* cancel,
-                                        std::string_view what);
+                                        std::string_view what,
+                                        std::chrono::milliseconds report_every = std::chrono::milliseconds(0));
 
 // Writes/reads exactly `size` bytes. EOF or reset → kPeerLost; the deadline → kTimeout; the canceller →
 // kCancelled; other failures → kIoError. `peer` names the other side in messages.

@@ -13,6 +13,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 using namespace std::chrono_literals;
 using namespace afd::transport::testing;
@@ -246,6 +247,38 @@ TEST(TcpConnector, SilentFfnPeerHitsTheStepTimeout) {
     EXPECT_EQ(s.code(), core::StatusCode::kTimeout);
     EXPECT_THAT(s.message(), AllOf(HasSubstr("waiting for f2a frames of step 4 layer 2 stage 0: timed out after"),
                                    HasSubstr("waiting on ffn rank 0 (127.0.0.1:")));
+}
+
+TEST(TcpConnector, AStepTimeoutNamesOnlyThePeersStillOwingTheirFrame) {
+    Deployment d = connectOneToMany(1, 3, 300ms);
+    AttentionConnector& attention = *d.attention[0];
+    ASSERT_TRUE(attention.sendStep(step(5)).isOk());
+    std::vector<FramePayload> payloads = {payload(1, 1), payload(1, 2), payload(1, 3)};
+    ASSERT_TRUE(attention.dispatch({5, 1, 0}, payloads).isOk());
+    for (int f = 0; f < 3; ++f) {
+        ASSERT_TRUE(d.ffn[f]->receiveStep().isOk());
+        ASSERT_TRUE(d.ffn[f]->receive({5, 1, 0}, kSpec).isOk());
+    }
+    // ffn rank 1 answers; ranks 0 and 2 never do.
+    FramePayload reply = payload(1, 4);
+    ASSERT_TRUE(d.ffn[1]->send({5, 1, 0}, std::span(&reply, 1)).isOk());
+    const core::Status s = attention.combine({5, 1, 0}, kSpec).status();
+    EXPECT_EQ(s.code(), core::StatusCode::kTimeout);
+    EXPECT_THAT(s.message(), AllOf(HasSubstr("waiting for f2a frames of step 5 layer 1 stage 0: timed out after"),
+                                   HasSubstr("waiting on ffn rank 0 (127.0.0.1:"), HasSubstr("ffn rank 2 (127.0.0.1:"),
+                                   Not(HasSubstr("ffn rank 1"))));
+}
+
+TEST(TcpConnector, AnFfnStepTimeoutNamesOnlyTheAttentionPeersStillOwingTheirFrame) {
+    Deployment d = connectOneToMany(3, 1, 300ms);
+    for (int a = 0; a < 3; ++a) ASSERT_TRUE(d.attention[a]->sendStep(step(2)).isOk());
+    ASSERT_TRUE(d.ffn[0]->receiveStep().isOk());
+    FramePayload p = payload(2, 1);
+    ASSERT_TRUE(d.attention[2]->dispatch({2, 0, 0}, std::span(&p, 1)).isOk());  // ranks 0 and 1 stay silent
+    const core::Status s = d.ffn[0]->receive({2, 0, 0}, kSpec).status();
+    EXPECT_EQ(s.code(), core::StatusCode::kTimeout);
+    EXPECT_THAT(s.message(), AllOf(HasSubstr("waiting on attention rank 0 (127.0.0.1:"),
+                                   HasSubstr("attention rank 1 (127.0.0.1:"), Not(HasSubstr("attention rank 2"))));
 }
 
 TEST(TcpConnector, SilentAttentionPeerHitsTheStepTimeoutOnceTheStepHasBegun) {

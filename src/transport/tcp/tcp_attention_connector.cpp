@@ -36,12 +36,12 @@ core::Status TcpAttentionConnector::usable() const {
     return core::Status::ok();
 }
 
-template <typename Done, typename Describe>
-core::Status TcpAttentionConnector::pump(Done done, Describe describe) {
+template <typename Done, typename Owes, typename Describe>
+core::Status TcpAttentionConnector::pump(Done done, Owes owes, Describe describe) {
     // NOTE: watch_idle: no FFN frame may arrive unasked on this side, so input on an idle link (EOF, a stray
     // frame) is an error to report at once.
     return sticky(pumpLinks(
-        link_ptrs_, deadlineAfter(step_timeout_), nullptr, /*watch_idle=*/true, poll_set_, done,
+        link_ptrs_, deadlineAfter(step_timeout_), nullptr, /*watch_idle=*/true, poll_set_, done, owes,
         [this](size_t peer) { return onFrame(peer); }, describe));
 }
 
@@ -96,7 +96,7 @@ core::Status TcpAttentionConnector::sendStep(const StepHeader& header) {
     }
     const FrameHeader frame = makeStepHeader(header);
     for (auto& link : links_) link->startSend(frame, {}, {});
-    AFD_RETURN_IF_ERROR(pump([this] { return noneSending(); },
+    AFD_RETURN_IF_ERROR(pump([this] { return noneSending(); }, [this](size_t p) { return stillSending(p); },
                              [&header] { return fmt::format("sending the step {} header", header.step); }));
     if (header.flags & kStepShutdown) {
         shut_down_ = true;
@@ -133,7 +133,7 @@ core::Status TcpAttentionConnector::dispatch(const FrameKey& key, std::span<cons
     stage.in_flight = true;
     stage.key = key;
     return pump(
-        [this] { return noneSending(); },
+        [this] { return noneSending(); }, [this](size_t p) { return stillSending(p); },
         [&key] { return fmt::format("dispatching step {} layer {} stage {}", key.step, key.layer, key.stage); });
 }
 
@@ -152,6 +152,9 @@ core::Result<std::span<const ReceivedFrame>> TcpAttentionConnector::combine(cons
             }
             return true;
         },
+        // Owed: the peers whose frame of this stage has not arrived (one that sent it, or is busy with another
+        // stage's, is not named).
+        [this, s](size_t p) { return !slots_[p][s].ready; },
         [&key] {
             return fmt::format("waiting for f2a frames of step {} layer {} stage {}", key.step, key.layer, key.stage);
         }));

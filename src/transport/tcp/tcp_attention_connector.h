@@ -56,8 +56,11 @@ private:
     void armNext(size_t peer);
     core::Status onFrame(size_t peer);
     bool noneSending() const;
-    template <typename Done, typename Describe>
-    core::Status pump(Done done, Describe describe);
+    // Drives the links until done(); on a timeout the error names the peers p for which owes(p) holds.
+    template <typename Done, typename Owes, typename Describe>
+    core::Status pump(Done done, Owes owes, Describe describe);
+    // owes() of a pump that waits for the sockets to take what is being sent.
+    bool stillSending(size_t peer) const { return links_[peer]->sending(); }
     core::Status sticky(core::Status status);
 
     int rank_ = 0;

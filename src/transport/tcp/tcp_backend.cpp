@@ -23,6 +23,7 @@ TcpConnectorOptions optionsFor(const ConnectorRequest& request) {
     // The limit covers frames both ways (the connector checks what it sends against what the peer accepts).
     o.max_frame_bytes = request.maxFrameBytes();
     o.setup_cancel = request.setup_cancel;
+    o.store_started = request.rendezvous_store_started;
     return o;
 }
 

@@ -29,6 +29,8 @@ RendezvousOptions rendezvousOptions(const TcpConnectorOptions& o) {
     RendezvousOptions r;
     r.store = HostPort{o.store_host, o.store_port};
     r.host_store = o.role == Role::kFfn && o.rank == 0;
+    r.store_started = r.host_store && o.store_started;
+    r.report_interval = o.wait_report_interval;
     r.num_attention_ranks = o.num_attention_ranks;
     r.num_ffn_ranks = o.num_ffn_ranks;
     r.timeout = o.rendezvous_timeout;
@@ -108,8 +110,8 @@ core::Result<std::unique_ptr<AttentionConnector>> createAttentionConnector(const
                 fmt::format("endpoint of {} from the rendezvous", describeRank(Role::kFfn, ffn_rank)));
         }
         const PeerInfo peer{Role::kFfn, ffn_rank, endpoint->toString()};
-        AFD_ASSIGN_OR_RETURN(core::UniqueFd fd,
-                             connectAndHello(*endpoint, peer, identity(options), deadline, options.setup_cancel));
+        AFD_ASSIGN_OR_RETURN(core::UniqueFd fd, connectAndHello(*endpoint, peer, identity(options), deadline,
+                                                                options.setup_cancel, options.wait_report_interval));
         AFD_LOG_INFO("attention rank {}: connected to {}", options.rank, peer.describe());
         links.push_back(std::make_unique<TcpLink>(std::move(fd), peer, limits));
     }
@@ -130,9 +132,10 @@ core::Result<std::unique_ptr<FfnConnector>> createFfnConnector(const TcpConnecto
     RankRecord self{Role::kFfn, options.rank, kProtocolVersion, options.fingerprint};
     AFD_ASSIGN_OR_RETURN(std::unique_ptr<Rendezvous> rendezvous,
                          Rendezvous::join(rendezvousOptions(options), std::move(self), {{kEndpointBlob, endpoint}}));
-    AFD_ASSIGN_OR_RETURN(std::vector<core::UniqueFd> fds,
-                         acceptPeers(listener->fd.get(), endpoint, options.peers, identity(options),
-                                     deadlineAfter(options.rendezvous_timeout), options.setup_cancel));
+    AFD_ASSIGN_OR_RETURN(
+        std::vector<core::UniqueFd> fds,
+        acceptPeers(listener->fd.get(), endpoint, options.peers, identity(options),
+                    deadlineAfter(options.rendezvous_timeout), options.setup_cancel, options.wait_report_interval));
     const FrameLimits limits{options.max_rows, options.max_frame_bytes};
     std::vector<std::unique_ptr<TcpLink>> links;
     for (size_t i = 0; i < fds.size(); ++i) {

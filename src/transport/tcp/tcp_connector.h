@@ -16,6 +16,7 @@
 #include "transport/connector.h"
 #include "transport/role.h"
 #include "transport/socket.h"
+#include "transport/wait_progress.h"
 
 namespace afd::transport::tcp {
 
@@ -34,9 +35,14 @@ struct TcpConnectorOptions {
     std::string advertise_host;           // what attention ranks connect to; empty: bind_host
     std::string fingerprint;              // opaque, 1..kMaxFingerprintBytes bytes; equal on every rank
     std::chrono::milliseconds rendezvous_timeout{30000};  // rendezvous and connection setup
-    std::chrono::milliseconds step_timeout{30000};        // every wait inside a step
-    uint32_t max_rows = 0;                                // rows of any frame this rank receives
-    size_t max_frame_bytes = 0;                           // payload bytes of any data frame this rank receives
+    // While setup waits (for the store, for ranks to register, for peers to connect), one INFO line this often
+    // names who is still awaited; 0: never.
+    std::chrono::milliseconds wait_report_interval = kWaitReportInterval;
+    // FFN rank 0: the caller hosts the rendezvous store at store_host:store_port already (RendezvousOptions).
+    bool store_started = false;
+    std::chrono::milliseconds step_timeout{30000};  // every wait inside a step
+    uint32_t max_rows = 0;                          // rows of any frame this rank receives
+    size_t max_frame_bytes = 0;                     // payload bytes of any data frame this rank receives
     // Interrupts the rendezvous and the connection setup (e.g. on SIGTERM); may be null; must outlive the
     // factory call.
     const Canceller* setup_cancel = nullptr;

@@ -67,11 +67,12 @@ bool TcpFfnConnector::noneSending() const {
 }
 
 template <typename Describe>
-core::Status TcpFfnConnector::pump(Deadline deadline, bool (TcpFfnConnector::*done)() const, Describe describe) {
+core::Status TcpFfnConnector::pump(Deadline deadline, bool (TcpFfnConnector::*done)() const,
+                                   bool (TcpFfnConnector::*owes)(size_t) const, Describe describe) {
     // NOTE: watch_idle off: an idle link may hold the peer's next frame, which belongs to a later call.
     return sticky(pumpLinks(
         link_ptrs_, deadline, cancel_.get(), /*watch_idle=*/false, poll_set_, [this, done] { return (this->*done)(); },
-        [](size_t) { return core::Status::ok(); }, describe));
+        [this, owes](size_t i) { return (this->*owes)(i); }, [](size_t) { return core::Status::ok(); }, describe));
 }
 
 core::Result<StepInfo> TcpFfnConnector::receiveStep() {
@@ -85,17 +86,18 @@ core::Result<StepInfo> TcpFfnConnector::receiveStep() {
     expectation.kind = FrameKind::kStep;
     for (TcpLink* link : link_ptrs_) link->expect(expectation);
     // Idle: no deadline until the first header; then the others are part of the step and bounded.
-    AFD_RETURN_IF_ERROR(pump(kNoDeadline, &TcpFfnConnector::anyActiveHasFrame,
+    AFD_RETURN_IF_ERROR(pump(kNoDeadline, &TcpFfnConnector::anyActiveHasFrame, &TcpFfnConnector::owesFrame,
                              [] { return std::string("waiting for the next step header"); }));
-    AFD_RETURN_IF_ERROR(pump(deadlineAfter(step_timeout_), &TcpFfnConnector::allActiveHaveFrames, [this] {
-        for (const TcpLink* link : link_ptrs_) {
-            if (link->hasFrame()) {
-                return fmt::format("waiting for the step {} header of every attention peer ({} sent it)",
-                                   link->frame().header.step, link->name());
+    AFD_RETURN_IF_ERROR(
+        pump(deadlineAfter(step_timeout_), &TcpFfnConnector::allActiveHaveFrames, &TcpFfnConnector::owesFrame, [this] {
+            for (const TcpLink* link : link_ptrs_) {
+                if (link->hasFrame()) {
+                    return fmt::format("waiting for the step {} header of every attention peer ({} sent it)",
+                                       link->frame().header.step, link->name());
+                }
             }
-        }
-        return std::string("waiting for the step header of every attention peer");
-    }));
+            return std::string("waiting for the step header of every attention peer");
+        }));
 
     info.peers.resize(links_.size());
     const TcpLink* first_link = nullptr;
@@ -156,9 +158,10 @@ core::Result<std::span<const ReceivedFrame>> TcpFfnConnector::receive(const Fram
         expectation.buffer = buffers_[p][key.stage].ensure(receiveBufferBytes(limits_));
         links_[p]->expect(expectation);
     }
-    AFD_RETURN_IF_ERROR(pump(deadlineAfter(step_timeout_), &TcpFfnConnector::allActiveHaveFrames, [&key] {
-        return fmt::format("waiting for a2f frames of step {} layer {} stage {}", key.step, key.layer, key.stage);
-    }));
+    AFD_RETURN_IF_ERROR(
+        pump(deadlineAfter(step_timeout_), &TcpFfnConnector::allActiveHaveFrames, &TcpFfnConnector::owesFrame, [&key] {
+            return fmt::format("waiting for a2f frames of step {} layer {} stage {}", key.step, key.layer, key.stage);
+        }));
     std::vector<ReceivedFrame>& results = results_[key.stage];
     for (size_t p = 0; p < links_.size(); ++p) {
         if (!active_[p]) {
@@ -190,7 +193,7 @@ core::Status TcpFfnConnector::send(const FrameKey& key, std::span<const FramePay
     for (size_t p = 0; p < links_.size(); ++p) {
         if (active_[p]) startPayload(*links_[p], FrameKind::kF2a, key, payloads[p]);
     }
-    return pump(deadlineAfter(step_timeout_), &TcpFfnConnector::noneSending, [&key] {
+    return pump(deadlineAfter(step_timeout_), &TcpFfnConnector::noneSending, &TcpFfnConnector::owesBytes, [&key] {
         return fmt::format("sending f2a frames of step {} layer {} stage {}", key.step, key.layer, key.stage);
     });
 }

@@ -34,12 +34,17 @@ public:
 private:
     core::Status usable() const;
     core::Status sticky(core::Status status);
-    // Drives the active links until (this->*done)() holds; describe() names what was awaited (for errors only).
+    // Drives the active links until (this->*done)() holds; describe() names what was awaited and (this->*owes)(i)
+    // whether link_ptrs_[i] is still owed (for errors only).
     template <typename Describe>
-    core::Status pump(Deadline deadline, bool (TcpFfnConnector::*done)() const, Describe describe);
+    core::Status pump(Deadline deadline, bool (TcpFfnConnector::*done)() const,
+                      bool (TcpFfnConnector::*owes)(size_t) const, Describe describe);
     bool allActiveHaveFrames() const;
     bool anyActiveHasFrame() const;
     bool noneSending() const;
+    // Owed by active link i: the frame being received; the bytes being sent.
+    bool owesFrame(size_t i) const { return !link_ptrs_[i]->hasFrame(); }
+    bool owesBytes(size_t i) const { return link_ptrs_[i]->sending(); }
 
     int rank_ = 0;
     FrameLimits limits_;

@@ -11,6 +11,8 @@
 
 #include "core/logging.h"
 #include "transport/frame.h"
+#include "transport/rendezvous.h"
+#include "transport/wait_progress.h"
 
 namespace afd::transport::tcp {
 namespace {
@@ -74,10 +76,10 @@ core::Result<size_t> checkHello(const Pending& p, std::span<const int> expected_
 }  // namespace
 
 core::Result<core::UniqueFd> connectAndHello(const HostPort& endpoint, const PeerInfo& peer,
-                                             const HandshakeIdentity& self, Deadline deadline,
-                                             const Canceller* cancel) {
+                                             const HandshakeIdentity& self, Deadline deadline, const Canceller* cancel,
+                                             milliseconds report_every) {
     const std::string name = peer.describe();
-    AFD_ASSIGN_OR_RETURN(core::UniqueFd fd, connectTcp(endpoint, deadline, cancel, name));
+    AFD_ASSIGN_OR_RETURN(core::UniqueFd fd, connectTcp(endpoint, deadline, cancel, name, report_every));
     const std::vector<uint8_t> hello = encodeHelloFrame(self.role, self.rank, self.fingerprint);
     AFD_RETURN_IF_ERROR(sendAll(fd.get(), hello.data(), hello.size(), deadline, cancel, name));
     HeaderBytes head{};
@@ -95,8 +97,9 @@ core::Result<core::UniqueFd> connectAndHello(const HostPort& endpoint, const Pee
 core::Result<std::vector<core::UniqueFd>> acceptPeers(int listen_fd, std::string_view listen_address,
                                                       std::span<const int> expected_ranks,
                                                       const HandshakeIdentity& self, Deadline deadline,
-                                                      const Canceller* cancel) {
+                                                      const Canceller* cancel, milliseconds report_every) {
     const Clock::time_point start = Clock::now();
+    WaitProgress progress(start, deadline, report_every);
     std::vector<core::UniqueFd> accepted(expected_ranks.size());
     size_t num_accepted = 0;
     std::vector<std::unique_ptr<Pending>> pending;
@@ -109,13 +112,25 @@ core::Result<std::vector<core::UniqueFd>> acceptPeers(int listen_fd, std::string
         for (const auto& p : pending) fds.push_back({p->fd.get(), POLLIN, 0});
         int rc = 0;
         do {
-            rc = ::poll(fds.data(), fds.size(), pollTimeoutMs(deadline));
+            rc = ::poll(fds.data(), fds.size(), pollTimeoutMs(progress.sliceEnd()));
         } while (rc < 0 && errno == EINTR);
         if (rc < 0)
             return core::ioError("accepting attention peers on {}: poll(): {}", listen_address, errnoText(errno));
         if (fds[0].revents != 0) {
             return core::Status(core::StatusCode::kCancelled,
                                 fmt::format("accepting attention peers on {}: cancelled", listen_address));
+        }
+        if (rc == 0 && Clock::now() < deadline) {
+            if (progress.reportDue()) {
+                std::vector<int> missing;
+                for (size_t i = 0; i < expected_ranks.size(); ++i) {
+                    if (!accepted[i].valid()) missing.push_back(expected_ranks[i]);
+                }
+                AFD_LOG_INFO("{} rank {} listening on {}: waiting for {} (of its {} peers) to connect ({})",
+                             roleName(self.role), self.rank, listen_address, describeRanks(Role::kAttention, missing),
+                             expected_ranks.size(), progress.progress());
+            }
+            continue;
         }
         if (rc == 0) {
             std::vector<std::string> missing;

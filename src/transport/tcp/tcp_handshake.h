@@ -4,6 +4,7 @@
 // whose text the attention rank reports.
 #pragma once
 
+#include <chrono>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,17 +23,19 @@ struct HandshakeIdentity {
     std::string fingerprint;
 };
 
-// Attention side: connects to `peer` at `endpoint` (retrying until `deadline`, so the FFN may start later),
-// says hello, and waits for the answer. kMismatch with the FFN's text when it rejects the hello.
+// Attention side: connects to `peer` at `endpoint` (retrying until `deadline`, so the FFN may start later, and
+// logging every `report_every` that it still waits), says hello, and waits for the answer. kMismatch with the FFN's
+// text when it rejects the hello.
 core::Result<core::UniqueFd> connectAndHello(const HostPort& endpoint, const PeerInfo& peer,
-                                             const HandshakeIdentity& self, Deadline deadline, const Canceller* cancel);
+                                             const HandshakeIdentity& self, Deadline deadline, const Canceller* cancel,
+                                             std::chrono::milliseconds report_every = std::chrono::milliseconds(0));
 
 // FFN side: accepts on `listen_fd` until every attention rank in `expected_ranks` has completed a valid hello;
 // result[i] is the connection of expected_ranks[i]. Invalid hellos are answered with an error frame and closed
-// while waiting goes on; kTimeout at `deadline` names the ranks that never connected and the last rejection.
-core::Result<std::vector<core::UniqueFd>> acceptPeers(int listen_fd, std::string_view listen_address,
-                                                      std::span<const int> expected_ranks,
-                                                      const HandshakeIdentity& self, Deadline deadline,
-                                                      const Canceller* cancel);
+// while waiting goes on; every `report_every` (0: never) one INFO line names the ranks not connected yet; kTimeout
+// at `deadline` names the ranks that never connected and the last rejection.
+core::Result<std::vector<core::UniqueFd>> acceptPeers(
+    int listen_fd, std::string_view listen_address, std::span<const int> expected_ranks, const HandshakeIdentity& self,
+    Deadline deadline, const Canceller* cancel, std::chrono::milliseconds report_every = std::chrono::milliseconds(0));
 
 }  // namespace afd::transport::tcp

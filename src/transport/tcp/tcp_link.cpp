@@ -215,7 +215,7 @@ void TcpLink::advancePayload() {
 }
 
 core::Status pollOnce(std::span<TcpLink* const> links, Deadline deadline, const Canceller* cancel, bool watch_idle,
-                      Clock::time_point start, PollSet& set, bool* own_error) {
+                      PollSet& set, bool* own_error) {
     set.fds.clear();
     set.link_of.clear();
     set.completed.clear();
@@ -241,13 +241,8 @@ core::Status pollOnce(std::span<TcpLink* const> links, Deadline deadline, const 
         return core::Status(core::StatusCode::kCancelled, "cancelled");
     }
     if (rc == 0) {
-        std::vector<std::string> owing;
-        for (size_t i : set.link_of) owing.push_back(links[i]->name());
         *own_error = true;
-        return core::timeoutError(
-            "timed out after {} waiting on {}",
-            formatDuration(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start)),
-            fmt::join(owing, ", "));
+        return core::timeoutError("timed out");
     }
     for (size_t k = 0; k < set.link_of.size(); ++k) {
         const short revents = set.fds[k + 1].revents;
@@ -258,6 +253,14 @@ core::Status pollOnce(std::span<TcpLink* const> links, Deadline deadline, const 
         if (!had_frame && link.hasFrame()) set.completed.push_back(set.link_of[k]);
     }
     return core::Status::ok();
+}
+
+core::Status timeoutOwing(Clock::duration waited, std::span<const std::string_view> owed) {
+    const std::string waited_text = formatDuration(std::chrono::duration_cast<std::chrono::milliseconds>(waited));
+    // NOTE: a pump only times out while done() is false, so some peer owes something; the fallback is for a
+    // caller whose owes() and done() disagree.
+    if (owed.empty()) return core::timeoutError("timed out after {} (no peer owed anything)", waited_text);
+    return core::timeoutError("timed out after {} waiting on {}", waited_text, fmt::join(owed, ", "));
 }
 
 core::Status checkPayload(std::string_view peer, FrameKind kind, const FrameKey& key, const FramePayload& payload,

@@ -11,6 +11,7 @@
 
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -131,17 +132,22 @@ struct PollSet {
 
 // One round: polls every open link with work (plus `cancel`) until something happens or `deadline`, handles
 // the events and lists in set.completed the links that completed a frame. A link's own failure names its peer;
-// a timeout ("timed out after 300 ms waiting on <the links still owing bytes>", counted from `start`), a
-// cancellation or a failing poll() set *own_error so that the caller can say what it was waiting for.
+// a timeout (kTimeout "timed out"), a cancellation or a failing poll() set *own_error so that the caller can say
+// what it was waiting for and on whom.
 core::Status pollOnce(std::span<TcpLink* const> links, Deadline deadline, const Canceller* cancel, bool watch_idle,
-                      Clock::time_point start, PollSet& set, bool* own_error);
+                      PollSet& set, bool* own_error);
+
+// kTimeout "timed out after <waited> waiting on <owed, comma-separated>".
+core::Status timeoutOwing(Clock::duration waited, std::span<const std::string_view> owed);
 
 // Drives the links until done() returns true; on_frame(i) runs for each completed frame of links[i] (the owner
-// takes the frame and may arm the link again) and returns a Status. Errors of any link end the pump. describe()
-// (called only on a timeout or cancellation) says what was awaited: "waiting for f2a frames of step 3 …".
-template <typename Done, typename OnFrame, typename Describe>
+// takes the frame and may arm the link again) and returns a Status. Errors of any link end the pump. On a timeout
+// or cancellation describe() says what was awaited ("waiting for f2a frames of step 3 …"), and a timeout names
+// the peers still owed: those i for which owes(i) holds (a frame not yet received from links[i], or bytes not yet
+// taken by it), not every link the poll watched: "…: timed out after 300 ms waiting on ffn rank 1 (…)".
+template <typename Done, typename Owes, typename OnFrame, typename Describe>
 core::Status pumpLinks(std::span<TcpLink* const> links, Deadline deadline, const Canceller* cancel, bool watch_idle,
-                       PollSet& set, Done done, OnFrame on_frame, Describe describe) {
+                       PollSet& set, Done done, Owes owes, OnFrame on_frame, Describe describe) {
     const Clock::time_point start = Clock::now();
     // A first pass without waiting: where input is watched, take what has arrived (a reply, a closed
     // connection); then write what the sockets take, so that a frame that fits the send buffer leaves without
@@ -159,8 +165,18 @@ core::Status pumpLinks(std::span<TcpLink* const> links, Deadline deadline, const
     }
     while (!done()) {
         bool own_error = false;
-        core::Status status = pollOnce(links, deadline, cancel, watch_idle, start, set, &own_error);
-        if (!status.isOk()) return own_error ? status.withContext(describe()) : status;
+        core::Status status = pollOnce(links, deadline, cancel, watch_idle, set, &own_error);
+        if (!status.isOk()) {
+            if (!own_error) return status;
+            if (status.code() == core::StatusCode::kTimeout) {
+                std::vector<std::string_view> owed;
+                for (size_t i = 0; i < links.size(); ++i) {
+                    if (owes(i)) owed.push_back(links[i]->name());
+                }
+                status = timeoutOwing(Clock::now() - start, owed);
+            }
+            return status.withContext(describe());
+        }
         for (size_t i : set.completed) AFD_RETURN_IF_ERROR(on_frame(i));
     }
     return core::Status::ok();
