@@ -64,7 +64,7 @@ struct AttentionChunks {
 };
 
 // RoPE cos/sin for positions [0, max_position): row p holds cos/sin(p * inv_freq[i]), i < head_dim / 2, as
-// kernels::ropeTableCpu computes them (the model runner fills it once at start).
+// kernels::ropeTableCpu computes them for the model's head_dim (the model runner fills it once at start).
 struct RopeTable {
     core::Tensor cos;  // [max_position, head_dim / 2] F32 on the ops' device
     core::Tensor sin;  // [max_position, head_dim / 2] F32
@@ -94,6 +94,13 @@ public:
     // Allocates the scratch the ops need for steps of `config` within `limits` (attention partials, GEMM workspace,
     // sampling parameters …), so that no op allocates. The model runner calls it once, before any op.
     virtual void reserve(const model::ModelConfig& config, const StepLimits& limits) = 0;
+
+    // The head_dim at which this device stores attention heads of a model's `head_dim` (call it hs below): q, the
+    // KV cache, the attention output, q_norm / k_norm, qkv_proj's rows and o_proj's columns of each head. The model's
+    // head_dim itself, or (CUDA, a head_dim its kernels do not take) a larger one whose extra lanes are zero
+    // everywhere: then qkv_proj has zero rows and o_proj zero columns there (device weights), and qkvRopeKvWrite
+    // writes zeros there.
+    virtual int64_t storedHeadDim(int64_t head_dim) const { return head_dim; }
 
     // --- Memory -------------------------------------------------------------------------------------------------
     // Uninitialised memory on device(), owned by the returned tensor. May allocate (call at start, not per step).
@@ -135,7 +142,9 @@ public:
     //   v_cache [num_blocks, block_size, nkv, hd] activation dtype (slot = block * block_size + offset; -1: token t's
     //   K/V are not written);
     //   rope at positions[t] (rows of `rope`); positions, slot_mapping [n] I32.
-    // nkv and hd come from the cache's shape, nh from q_out's.
+    // nkv and hd come from the cache's shape, nh from q_out's. hd is the stored head_dim (storedHeadDim); the model's
+    // head_dim is twice the rope table's width: where it is below hd, the norm and the rotation see each head's first
+    // head_dim lanes only, and q_out, k and v get zeros in the others.
     virtual void qkvRopeKvWrite(const core::Tensor& qkv, const core::Tensor* qkv_bias, const core::Tensor& q_norm,
                                 const core::Tensor& k_norm, float eps, const RopeTable& rope,
                                 const core::Tensor& positions, const core::Tensor& slot_mapping,
@@ -144,7 +153,8 @@ public:
 
     // Causal grouped-query attention of one stage over the paged cache (AttentionChunks states which positions each
     // query row reads): q [n, nh hd] and out [n, nh hd] activation dtype; k_cache, v_cache as in qkvRopeKvWrite
-    // (the stage's own K/V already written); query head h reads KV head h / (nh / nkv); softmax(q·k * scale) in FP32.
+    // (the stage's own K/V already written); query head h reads KV head h / (nh / nkv); softmax(q·k * scale) in FP32
+    // (scale from the model's head_dim: padded lanes add nothing to q·k).
     virtual void attention(const core::Tensor& q, const core::Tensor& k_cache, const core::Tensor& v_cache,
                            const AttentionChunks& chunks, float scale, const core::Tensor& out) = 0;
 

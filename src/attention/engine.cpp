@@ -64,7 +64,7 @@ Engine::Engine(const model::ModelConfig& config, const model::ModelWeights& weig
     shape.num_layers = config.num_hidden_layers;
     shape.block_size = options.block_size;
     shape.num_kv_heads = config.num_key_value_heads;
-    shape.head_dim = config.head_dim;
+    shape.head_dim = ops.storedHeadDim(config.head_dim);
     shape.dtype = ops.activationDType();
     const int64_t blocks_per_seq = (options.scheduler.max_model_len + options.block_size - 1) / options.block_size;
     // NOTE: validate() bounds max_model_len and max_num_seqs, so this product stays far from overflow.

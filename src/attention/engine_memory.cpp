@@ -7,12 +7,22 @@
 #include <cuda_runtime.h>
 
 #include "kernels/moe_cuda.h"
+#include "kernels/paged_attention_cuda.h"
 #endif
 
 namespace afd::attention {
 namespace {
 
 double gib(uint64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << 30); }
+
+// The head_dim the GPU engine stores heads at (CudaOps::storedHeadDim), which a small model's head_dim may pad.
+int64_t gpuHeadDim(const model::ModelConfig& c) {
+#if defined(AFD_HAVE_CUDA_ATTENTION)
+    return kernels::pagedAttentionHeadDim(c.head_dim);
+#else
+    return c.head_dim;
+#endif
+}
 
 int64_t blocksPerSequence(const EngineOptions& options) {
     return (options.scheduler.max_model_len + options.block_size - 1) / options.block_size;
@@ -26,8 +36,9 @@ uint64_t engineWorkspaceBytes(const model::ModelConfig& c, const EngineOptions& 
         static_cast<uint64_t>(std::min(options.scheduler.max_num_seqs, options.scheduler.max_num_batched_tokens));
     const auto H = static_cast<uint64_t>(c.hidden_size);
     const auto V = static_cast<uint64_t>(c.vocab_size);
-    const auto q = static_cast<uint64_t>(c.qSize());
-    const auto qkv = q + 2 * static_cast<uint64_t>(c.kvSize());
+    const int64_t hd = gpuHeadDim(c);
+    const auto q = static_cast<uint64_t>(c.num_attention_heads * hd);
+    const auto qkv = q + 2 * static_cast<uint64_t>(c.num_key_value_heads * hd);
     const auto K = static_cast<uint64_t>(std::max<int64_t>(c.num_experts_per_tok, 1));
     const auto inter = static_cast<uint64_t>(std::max(c.moe_intermediate_size, c.intermediate_size));
     // The runner: residual (FP32), normed / o_proj / MLP out (BF16), QKV, q and the attention output; the final norm
@@ -39,18 +50,19 @@ uint64_t engineWorkspaceBytes(const model::ModelConfig& c, const EngineOptions& 
     if (c.num_experts > 0) {
         moe = std::max<uint64_t>(
             moe, kernels::moeCudaWorkspaceBytes(static_cast<int64_t>(T), c.num_experts_per_tok, c.num_experts,
-                                                c.hidden_size, c.moe_intermediate_size));
+                                                c.hidden_size, kernels::moePackedWidth(c.moe_intermediate_size)));
     }
 #endif
     // Split-context decode attention: up to 64 partial outputs (and their max / sum) per query head and row.
-    const uint64_t attention = R * static_cast<uint64_t>(c.num_attention_heads) * (c.head_dim + 2) * 4 * 64;
+    const uint64_t attention = R * static_cast<uint64_t>(c.num_attention_heads) * (hd + 2) * 4 * 64;
     // cuBLASLt workspace, step metadata, the decode graphs and whatever the CUDA runtime adds as it runs.
     constexpr uint64_t kFixed = uint64_t{1} << 30;
     return (runner + moe + attention) / 4 * 5 + kFixed;
 }
 
 uint64_t kvBytesPerToken(const model::ModelConfig& c, core::DType dtype) {
-    return 2 * static_cast<uint64_t>(c.num_hidden_layers * c.num_key_value_heads * c.head_dim) * core::dtypeSize(dtype);
+    return 2 * static_cast<uint64_t>(c.num_hidden_layers * c.num_key_value_heads * gpuHeadDim(c)) *
+           core::dtypeSize(dtype);
 }
 
 uint64_t minimumKvBytes(const model::ModelConfig& config, const EngineOptions& options, bool kv_given) {

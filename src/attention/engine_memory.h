@@ -23,7 +23,8 @@ namespace afd::attention {
 // MoE backend's workspace and the decode graphs, with a fixed margin. An over-estimate by design.
 uint64_t engineWorkspaceBytes(const model::ModelConfig& config, const EngineOptions& options);
 
-// KV bytes of one token position (every layer, keys and values) in `dtype`.
+// KV bytes of one token position (every layer, keys and values) in `dtype`, at the head_dim the GPU engine stores
+// (CudaOps::storedHeadDim, in a build with the CUDA backend).
 uint64_t kvBytesPerToken(const model::ModelConfig& config, core::DType dtype);
 
 struct GpuKvSizing {

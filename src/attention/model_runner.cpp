@@ -54,7 +54,10 @@ ModelRunner::ModelRunner(const model::ModelConfig& config, const model::ModelWei
       step_buffers_(ops, limits),
       limits_(limits) {
     const int64_t H = config.hidden_size;
-    const int64_t hd = config.head_dim;
+    // Heads as the device stores them (DeviceOps::storedHeadDim); RoPE and the softmax scale use the model's.
+    const int64_t hd = ops.storedHeadDim(config.head_dim);
+    const int64_t q_size = config.num_attention_heads * hd;
+    const int64_t qkv_rows = q_size + 2 * config.num_key_value_heads * hd;
     const core::Device device = ops.device();
     AFD_CHECK(limits.max_positions > 0, "model runner: no positions");
     expectWeight(weights.embed, {config.vocab_size, H}, device, "embed_tokens", -1);
@@ -62,12 +65,11 @@ ModelRunner::ModelRunner(const model::ModelConfig& config, const model::ModelWei
     expectWeight(weights.final_norm, {H}, device, "final norm", -1);
     AFD_CHECK(static_cast<int64_t>(weights.attention.size()) == config.num_hidden_layers,
               "model runner: {} attention layers for {} layers", weights.attention.size(), config.num_hidden_layers);
-    const int64_t qkv_rows = config.qSize() + 2 * config.kvSize();
     for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
         const auto& w = weights.attention[static_cast<size_t>(l)];
         expectWeight(w.input_norm, {H}, device, "input_layernorm", l);
         expectWeight(w.qkv_proj, {qkv_rows, H}, device, "fused qkv_proj", l);
-        expectWeight(w.o_proj, {H, config.qSize()}, device, "o_proj", l);
+        expectWeight(w.o_proj, {H, q_size}, device, "o_proj", l);
         expectWeight(w.q_norm, {hd}, device, "q_norm", l);
         expectWeight(w.k_norm, {hd}, device, "k_norm", l);
         expectWeight(w.post_norm, {H}, device, "post_attention_layernorm", l);
@@ -82,7 +84,7 @@ ModelRunner::ModelRunner(const model::ModelConfig& config, const model::ModelWei
               "model runner: graph batch sizes must ascend within [1, {}]", limits.max_chunks);
     ops.reserve(config, limits);
     backend.reserve(limits);
-    rope_ = makeRopeTable(ops, limits.max_positions, hd, config.rope_theta);
+    rope_ = makeRopeTable(ops, limits.max_positions, config.head_dim, config.rope_theta);
     const core::DType act = ops.activationDType();
     const int64_t T = limits.max_tokens;
     const int64_t R = limits.max_chunks;
@@ -91,8 +93,8 @@ ModelRunner::ModelRunner(const model::ModelConfig& config, const model::ModelWei
     // The projections that feed an FP32 op keep FP32 outputs: the q/k norms and RoPE read the QKV projection, the
     // residual add reads o_proj's (one rounding to bf16 fewer each, at a few bytes per token).
     qkv_ = ops.empty(core::DType::kF32, {T, qkv_rows});
-    q_ = ops.empty(act, {T, config.qSize()});
-    attn_ = ops.empty(act, {T, config.qSize()});
+    q_ = ops.empty(act, {T, q_size});
+    attn_ = ops.empty(act, {T, q_size});
     proj_ = ops.empty(core::DType::kF32, {T, H});
     // The MLP's sums stay FP32 up to the residual add (MoeParams::out_f32): partial sums of several FFN ranks add up
     // as the dense engine's whole sum does.

@@ -8,7 +8,8 @@
 //
 // Memory: every workspace and the step metadata buffers are allocated once, at the limits, on the ops' device; a
 // step allocates no device memory and every op of a step with the same shape reads and writes the same addresses.
-// Weights must be on the ops' device. Not thread-safe (the engine thread).
+// Weights must be on the ops' device, their heads at the ops' storedHeadDim (hs below). Not thread-safe (the engine
+// thread).
 //
 // CUDA graphs: on a device with graphs and a capturable backend, decode steps replay a graph of the whole run()
 // (embedding to LM head logits) captured per padded batch size (graph_batches.h); sampling stays outside.
@@ -84,9 +85,9 @@ private:
     // Workspaces on the ops' device, rows [0, max_tokens) (final_normed_ and logits_: [0, max_chunks)).
     core::Tensor hidden_;        // [T, H] F32: the residual stream
     core::Tensor normed_;        // [T, H] activation dtype: a norm's output, the MLP's input
-    core::Tensor qkv_;           // [T, (nh + 2 nkv) hd] activation dtype
-    core::Tensor q_;             // [T, nh hd] activation dtype: normed, rotated queries
-    core::Tensor attn_;          // [T, nh hd] activation dtype: attention output
+    core::Tensor qkv_;           // [T, (nh + 2 nkv) hs] F32
+    core::Tensor q_;             // [T, nh hs] activation dtype: normed, rotated queries
+    core::Tensor attn_;          // [T, nh hs] activation dtype: attention output
     core::Tensor proj_;          // [T, H] activation dtype: o_proj output (bias added with the residual)
     core::Tensor mlp_out_;       // [T, H] activation dtype: the MLP backend's output
     core::Tensor final_normed_;  // [R, H] activation dtype: the final norm of the rows that sample

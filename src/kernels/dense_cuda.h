@@ -51,20 +51,28 @@ void addRmsNormCuda(const AddRmsNormParams& params, void* stream);
 // angles of rope_cos / rope_sin row positions[t]. q goes to q_out; k (normed, rotated) and v (plus bias) are written
 // into the paged caches at slot slot_mapping[t] = block * block_size + offset (position `offset` of cache block
 // `block`, the layout of attention.h).
+//
+// Padded heads: with rope_dim < head_dim, every head holds a head of rope_dim values (the model's head_dim) in its
+// first rope_dim lanes, stored at a head_dim the attention kernels take (paged_attention_cuda.h,
+// pagedAttentionHeadDim): the RMSNorm's mean and the rotate-half pairs (i, i + rope_dim / 2) are over those lanes
+// alone, and lanes [rope_dim, head_dim) of q_out, k and v are written as zeros, whatever the inputs hold there. So
+// q·k and the attention output over the stored heads are those of the model's heads (the output's padded lanes zero).
+// This path is a simple per-head kernel: small models only (rope_dim == head_dim takes the vectorised one).
 struct QkvRopeParams {
     int64_t num_tokens = 0;    // T
     int64_t num_heads = 0;     // nh
     int64_t num_kv_heads = 0;  // nkv
-    int64_t head_dim = 0;      // hd: one of 16, 32, 64, 128, 256
+    int64_t head_dim = 0;      // hd: one of 16, 32, 64, 128, 256 (the stored heads' lanes)
+    int64_t rope_dim = 0;      // rd: the model's head_dim, even, 2 <= rd <= hd; 0 means hd
     float eps = 1e-6f;
     const void* qkv = nullptr;  // [T, (nh + 2 nkv) hd] qkv_dtype: the q heads, then the k heads, then the v heads
     ActDType qkv_dtype = ActDType::kBf16;  // FP32: the projection's output before any rounding to bf16
     const core::Bf16* qkv_bias = nullptr;  // [(nh + 2 nkv) hd], or null
-    const core::Bf16* q_norm = nullptr;    // [hd], or null: no q norm
+    const core::Bf16* q_norm = nullptr;    // [hd] (lanes from rd on unread), or null: no q norm
     const core::Bf16* k_norm = nullptr;    // [hd], or null: no k norm
     const int32_t* positions = nullptr;    // [T]; outside [0, max_position): q_out's row zero, no cache write
-    const float* rope_cos = nullptr;       // [max_position, hd / 2] (ropeTableCpu of positions 0 .. max_position - 1)
-    const float* rope_sin = nullptr;       // [max_position, hd / 2]
+    const float* rope_cos = nullptr;       // [max_position, rd / 2] (ropeTableCpu of positions 0 .. max_position - 1)
+    const float* rope_sin = nullptr;       // [max_position, rd / 2]
     int64_t max_position = 0;
     const int32_t* slot_mapping = nullptr;  // [T]; -1 (or any slot outside the caches): the token is not written
     int64_t num_blocks = 0;

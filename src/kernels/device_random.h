@@ -31,7 +31,7 @@ void syntheticFillCuda(const SyntheticFillParams& params, void* stream);
 struct SyntheticPackedMlpParams {
     int64_t num_experts = 0;
     int64_t hidden = 0;  // % 64 == 0
-    int64_t inter = 0;   // % 32 == 0
+    int64_t inter = 0;   // >= 1: the tensors' width, packed at moePackedWidth(inter) (moe_cuda.h)
     // [num_experts, 3]: the keys of expert e's gate_proj, up_proj and down_proj (model::syntheticTensorKey).
     const uint64_t* keys = nullptr;
     float gate_up_half_width = 0.0f;   // gate_proj and up_proj: sqrt(3 / hidden) in gen-model

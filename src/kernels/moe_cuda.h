@@ -33,15 +33,22 @@ namespace afd::kernels {
 // below): blocks of 64 weight rows x 64 reduction columns, each block 8 KB of contiguous memory, the blocks of one
 // k-block unit after unit, so that a grouped GEMM stage is one run of memory (moe_pack_weights.cu has the index map).
 // Row-major weights put each 128-byte row of a block at its own address and streamed about 1 % slower at T = 1024 and
-// 4096; a stage in four 8 KB runs was 1-3 % slower at T = 1 ... 256. Sizes in bytes of the packed w13 and w2 (w2 pads
-// the reduction length I up to a multiple of 64 with zeros).
+// 4096; a stage in four 8 KB runs was 1-3 % slower at T = 1 ... 256.
+//
+// Widths: the packed layout holds an MLP of any width I >= 1 at moePackedWidth(I), I rounded up to the grouped GEMMs'
+// unit of 32, with the extra gate/up rows and down columns zero: silu(0) * 0 = 0, so the layer at the packed width
+// computes exactly the sums of the checkpoint's width. MoeParams::inter of packed weights is the packed width.
+constexpr int64_t moePackedWidth(int64_t inter) { return (inter + 31) / 32 * 32; }
+// Sizes in bytes of the packed w13 and w2 of an MLP of width `inter` (w2 pads the reduction length up to a multiple of
+// 64 with zeros).
 struct MoePackedWeightBytes {
     size_t w13 = 0;
     size_t w2 = 0;
 };
 MoePackedWeightBytes moePackedWeightBytes(int64_t num_experts, int64_t hidden, int64_t inter);
-// Packs row-major w13 [E, 2I, H] and w2 [E, H, I] (device memory) into w13_packed / w2_packed (device memory of
-// moePackedWeightBytes) on `stream`; asynchronous. hidden % 64 == 0, inter % 32 == 0.
+// Packs row-major w13 [E, 2I, H] and w2 [E, H, I] (device memory, I = `inter` >= 1, the checkpoint's width) into
+// w13_packed / w2_packed (device memory of moePackedWeightBytes) at width moePackedWidth(I), on `stream`; asynchronous.
+// hidden % 64 == 0.
 void moePackWeightsCuda(const core::Bf16* w13, const core::Bf16* w2, int64_t num_experts, int64_t hidden, int64_t inter,
                         core::Bf16* w13_packed, core::Bf16* w2_packed, void* stream);
 

@@ -10,9 +10,10 @@
 // FP32 accumulation, each output rounded to BF16 once. A row whose position is negative (a chunk with seq_len 0: the
 // padding rows of a replayed CUDA graph) gets zeros. Memory use is linear in the length (flash-style tiling).
 //
-// Kernels: max_q_len == 1 runs the decode kernel (the KV context split for short batches, with a combine kernel);
-// otherwise the prefill kernel (FlashAttention-style tiles of 128 query rows; correct for the 1-row chunks of a
-// mixed batch too). No allocation, no host synchronisation and no host read of device data: a call can be captured in
+// Kernels: chunks of one query row run the decode kernel (the KV context cut into splits whose size depends on the
+// chunk's length alone, merged by a combine kernel), in every call, so that a row's output is the same bits whatever
+// else the step holds (batch invariance); chunks of more rows run the prefill kernel (FlashAttention-style tiles of
+// 128 query rows). No allocation, no host synchronisation and no host read of device data: a call can be captured in
 // a CUDA graph, whose launch sizes come only from the host-known fields (num_seqs, max_q_len, max_seq_len, the head
 // counts and dimensions); in a replay the device contents of q_start / seq_len / block_tables may change within those
 // bounds.
@@ -22,6 +23,17 @@
 #include <cstdint>
 
 namespace afd::kernels {
+
+// The head_dim at which the CUDA attention ops store (and attend over) heads of a model's `head_dim`: itself when the
+// kernels take it (16, 32, 64, 128, 256); else, for an even head_dim below 256, the smallest of those above it, the
+// model's head in the first head_dim lanes and zeros after (qkvRopeCuda's rope_dim; zeros add nothing to q·k, and
+// the attention output's padded lanes are zero). Any other head_dim is returned as it is (the kernels refuse it).
+constexpr int64_t pagedAttentionHeadDim(int64_t head_dim) {
+    if (head_dim < 2 || head_dim > 256 || head_dim % 2 != 0) return head_dim;
+    int64_t stored = 16;
+    while (stored < head_dim) stored *= 2;
+    return stored;
+}
 
 struct PagedAttentionCudaParams {
     int num_seqs = 0;                       // S: chunks in this call, one per sequence of the step (or DBO stage)

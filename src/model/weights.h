@@ -59,7 +59,9 @@ struct MlpLayerWeights {
     // SwiGLU MLP as expert 0 (inter = intermediate_size).
     // NOTE: on a CUDA device (attention/cuda/device_weights.h) they hold the layout of kernels::moePackWeightsCuda
     // (what the grouped GEMMs stream), not row-major: w13 [E_local, 2 * inter, H] elements in packed order, and w2
-    // [E_local, H, round_up(inter, 64)] (the reduction padded with zeros).
+    // [E_local, H, round_up(inter, 64)] (the reduction padded with zeros), where inter is the packed width
+    // (kernels::moePackedWidth of the checkpoint's; the extra rows and columns zero). Attention heads there may be
+    // stored padded too (device_weights.h).
     core::Tensor w13;  // [E_local, 2 * inter, H]
     core::Tensor w2;   // [E_local, H, inter]
     int64_t expert_begin = 0;

@@ -133,7 +133,6 @@ TEST(CudaEnginePrecisionTest, GeneratedModelsDifferOnlyAtNearTies) {
         if (entry.path().extension() != ".json") continue;
         auto config = model::ModelConfig::fromFile(entry.path().string());
         ASSERT_TRUE(config.isOk()) << config.status().toString();
-        if (config->head_dim < 16) config->head_dim = 16;
         testing::TempDir dir;
         ASSERT_TRUE(model::writeSyntheticCheckpoint(dir.path(), *config, {.seed = 3}).isOk());
         const HostModel host = loadHostModel(dir.path());

@@ -1,7 +1,8 @@
 // The dense GPU engine on generated checkpoints (model::writeSyntheticCheckpoint, as `afd gen-model` writes them) of
-// every config variant in tests/data/configs (head_dim 32, GQA 8:1, attention bias, mlp_only_layers,
-// decoder_sparse_step 2, tied embeddings, norm_topk_prob false): graph replay gives the ids of eager steps, and the
-// prompt logits and first tokens are the CPU reference's (at the GPU's precision). Skips without a GPU.
+// every config variant in tests/data/configs (head_dim 32, GQA 8:1 at head_dim 8 (heads stored padded to 16), attention
+// bias, mlp_only_layers, decoder_sparse_step 2, tied embeddings, norm_topk_prob false, MLP widths 16 and 44 (packed
+// padded to 32 and 64)): graph replay gives the ids of eager steps, and the prompt logits and first tokens are the CPU
+// reference's (at the GPU's precision). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,17 +27,11 @@ std::vector<std::string> variantNames() {
     return names;
 }
 
-class CudaEngineVariantTest : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(CudaEngineVariantTest, GpuEngineFollowsTheReferenceWithGraphsAsEager) {
-    AFD_SKIP_WITHOUT_GPU();
-    auto config = model::ModelConfig::fromFile(std::string(AFD_TEST_DATA) + "/configs/" + GetParam() + ".json");
-    ASSERT_TRUE(config.isOk()) << config.status().toString();
-    // NOTE: the CUDA attention kernels take head_dim 16 ... 256; a smaller variant (GQA 8:1 at head_dim 8) keeps its
-    // head counts at the smallest head_dim they take.
-    if (config->head_dim < 16) config->head_dim = 16;
+// Generated from `config` (`name` in the messages): graph replay gives the eager steps' ids, and eager prompt logits
+// and first tokens are the CPU reference's.
+void expectGpuFollowsTheReference(const std::string& name, const model::ModelConfig& config) {
     testing::TempDir dir;
-    ASSERT_TRUE(model::writeSyntheticCheckpoint(dir.path(), *config, {.seed = 3}).isOk());
+    ASSERT_TRUE(model::writeSyntheticCheckpoint(dir.path(), config, {.seed = 3}).isOk());
     const HostModel host = loadHostModel(dir.path());
     const model::ModelWeights device = uploadToGpu(host);
 
@@ -69,22 +64,50 @@ TEST_P(CudaEngineVariantTest, GpuEngineFollowsTheReferenceWithGraphsAsEager) {
     for (size_t i = 0; i < prompts.size(); ++i) {
         if (gaps[i] < kDecidableRouterGap) continue;
         ++decidable;
-        EXPECT_EQ(graphs.ids[i], eager.ids[i]) << GetParam() << " prompt " << i;
+        EXPECT_EQ(graphs.ids[i], eager.ids[i]) << name << " prompt " << i;
         const std::vector<double> want(cpu.prompt_logits[i].begin(), cpu.prompt_logits[i].end());
-        EXPECT_LT(relativeL2(eager.prompt_logits[i], want), 2e-2) << GetParam() << " prompt " << i;
+        EXPECT_LT(relativeL2(eager.prompt_logits[i], want), 2e-2) << name << " prompt " << i;
         // The first token where the reference's top two logits are further apart than the engines' logit errors
         // (about 0.04 on these models) can explain.
         std::vector<float> sorted = cpu.prompt_logits[i];
         std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
         if (sorted[0] - sorted[1] > 0.1f) {
-            EXPECT_EQ(eager.ids[i][0], cpu.ids[i][0]) << GetParam() << " prompt " << i << ": the first token";
+            EXPECT_EQ(eager.ids[i][0], cpu.ids[i][0]) << name << " prompt " << i << ": the first token";
         }
     }
-    EXPECT_GE(decidable, 1) << GetParam() << ": no prompt without a routing near-tie";
+    EXPECT_GE(decidable, 1) << name << ": no prompt without a routing near-tie";
+}
+
+class CudaEngineVariantTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaEngineVariantTest, GpuEngineFollowsTheReferenceWithGraphsAsEager) {
+    AFD_SKIP_WITHOUT_GPU();
+    auto config = model::ModelConfig::fromFile(std::string(AFD_TEST_DATA) + "/configs/" + GetParam() + ".json");
+    ASSERT_TRUE(config.isOk()) << config.status().toString();
+    expectGpuFollowsTheReference(GetParam(), *config);
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, CudaEngineVariantTest, ::testing::ValuesIn(variantNames()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// The shapes scripts/hf_crosscheck.py found the GPU engine refusing, on the tiny shape: 8 heads / 8 kv heads of
+// head_dim 8 (stored padded to 16; mha_headdim8), and that with experts of width 16 (packed padded to 32, as
+// experts64_top8's; 8 experts top-2 here, where fewer prompts have a routing near-tie), a dense layer of width 44
+// (padded to 64) and attention bias (padded with the heads).
+TEST(CudaEnginePaddedShapesTest, GpuEngineFollowsTheReferenceOnHfCrosscheckShapes) {
+    AFD_SKIP_WITHOUT_GPU();
+    model::ModelConfig mha = model::ModelConfig::preset("tiny").value();
+    mha.num_attention_heads = 8;
+    mha.num_key_value_heads = 8;
+    mha.head_dim = 8;
+    expectGpuFollowsTheReference("mha_headdim8", mha);
+    model::ModelConfig all = mha;
+    all.moe_intermediate_size = 16;
+    all.intermediate_size = 44;
+    all.mlp_only_layers = {2};
+    all.attention_bias = true;
+    expectGpuFollowsTheReference("mha_headdim8_widths16_44_bias", all);
+}
 
 }  // namespace
 }  // namespace afd::attention::test

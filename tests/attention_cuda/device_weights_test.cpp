@@ -1,10 +1,13 @@
 // Model weights on the GPU (attention/cuda/device_weights.h). Host only: the device bytes from the config
-// (Qwen3-30B-A3B and selections of it, against the parameter count and an independent sum), the selection a host
-// ModelWeights holds, the refusals (no such GPU, a shape the packed layout cannot hold). On a GPU: the tiny HF fixture
-// uploaded and read back (every tensor equal, the fused QKV rows the three projections, the packed experts unpacked on
-// the host equal to the host's, padding zero); random weights bit for bit the tensors of a gen-model checkpoint of the
-// same seed (attention bias, a dense layer, tied and untied embeddings, an FFN rank's expert range); their statistics,
-// reproducibility and independence; the full Qwen3-30B-A3B drawn on one GPU (its time printed, not asserted).
+// (Qwen3-30B-A3B and selections of it, against the parameter count and an independent sum; a small model whose heads
+// and MLP widths are padded), the layout of padded heads and widths, the selection a host ModelWeights holds, the
+// refusals (no such GPU, a shape the packed layout cannot hold). On a GPU: the tiny HF fixture uploaded and read back
+// (every tensor equal, the fused QKV rows the three projections, the packed experts unpacked on the host equal to the
+// host's, padding zero); a model of head_dim 8 and MLP widths 16 and 44 uploaded and read back (the checkpoint's values
+// in the real lanes and widths, zeros in the padded ones); random weights bit for bit the tensors of a gen-model
+// checkpoint of the same seed (attention bias, a dense layer, tied and untied embeddings, an FFN rank's expert range,
+// padded heads and widths); their statistics, reproducibility and independence; the full Qwen3-30B-A3B drawn on one
+// GPU (its time printed, not asserted).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "attention/cuda/device_weights.h"
+#include "attention/cuda/device_weights_layout.h"
 #include "common/subprocess_util.h"
 #include "core/bf16.h"
 #include "kernels/cuda/cuda_check.h"
@@ -45,26 +49,51 @@ const std::string kTiny = std::string(AFD_TEST_DATA) + "/qwen3-moe-tiny/model";
 
 int64_t roundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// An independent count of the bf16 elements the device weights hold (packed w2 padded to 64 reduction columns).
+// The head_dim the device stores, written apart from the code: the first of 16, 32, ... 256 that holds the model's.
+int64_t storedHeadDim(int64_t head_dim) {
+    int64_t stored = 16;
+    while (stored < head_dim) stored *= 2;
+    return stored;
+}
+
+// An independent count of the bf16 elements the device weights hold (heads at the stored head_dim, MLP widths rounded
+// up to 32, packed w2 padded to 64 reduction columns).
 int64_t deviceElements(const ModelConfig& c, const WeightSelection& s) {
     const int64_t H = c.hidden_size;
+    const int64_t hs = storedHeadDim(c.head_dim);
+    const int64_t q = c.num_attention_heads * hs;
+    const int64_t kv = c.num_key_value_heads * hs;
     int64_t n = 0;
     if (s.attention) {
         n += c.vocab_size * H * (c.tie_word_embeddings ? 1 : 2) + H;
-        n += c.num_hidden_layers * (2 * H + 2 * c.head_dim + (c.qSize() + 2 * c.kvSize()) * H + H * c.qSize());
-        if (c.attention_bias) n += c.num_hidden_layers * (c.qSize() + 2 * c.kvSize() + H);
+        n += c.num_hidden_layers * (2 * H + 2 * hs + (q + 2 * kv) * H + H * q);
+        if (c.attention_bias) n += c.num_hidden_layers * (q + 2 * kv + H);
     }
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
         if (c.isMoeLayer(l)) {
             if (s.router) n += c.num_experts * H;
-            const int64_t I = c.moe_intermediate_size;
+            const int64_t I = roundUp(c.moe_intermediate_size, 32);
             n += s.numExperts() * (2 * I * H + H * roundUp(I, 64));
         } else if (s.dense_mlp) {
-            const int64_t I = c.intermediate_size;
+            const int64_t I = roundUp(c.intermediate_size, 32);
             n += 2 * I * H + H * roundUp(I, 64);
         }
     }
     return n;
+}
+
+// A small model whose every shape the device pads: 8 heads of head_dim 8 (hf_crosscheck's mha_headdim8), experts of
+// width 16 (its experts64_top8), a dense layer of width 44 (not even a multiple of 8), attention bias.
+ModelConfig paddedShapesConfig() {
+    ModelConfig c = ModelConfig::preset("tiny").value();
+    c.num_attention_heads = 8;
+    c.num_key_value_heads = 8;
+    c.head_dim = 8;
+    c.moe_intermediate_size = 16;
+    c.intermediate_size = 44;
+    c.mlp_only_layers = {1};
+    c.attention_bias = true;
+    return c;
 }
 
 // Bytes within alignment slack (256 bytes per tensor) of the independent count.
@@ -103,6 +132,62 @@ TEST(DeviceWeightBytesTest, BiasDenseLayersTiedEmbeddingsAndPadding) {
     c.tie_word_embeddings = true;
     expectBytesNear(c, WeightSelection::everything(c));
     expectBytesNear(c, WeightSelection::ffnRole(true, c, 1, 3));
+}
+
+TEST(DeviceWeightBytesTest, PaddedHeadsAndMlpWidths) {
+    ModelConfig c = paddedShapesConfig();
+    expectBytesNear(c, WeightSelection::everything(c));
+    expectBytesNear(c, WeightSelection::attentionRole(true));
+    expectBytesNear(c, WeightSelection::ffnRole(true, c, 2, 6));
+    c.tie_word_embeddings = true;
+    expectBytesNear(c, WeightSelection::everything(c));
+    // Staging: a padded layer's largest attention tensor whole (the checkpoint's qkv_proj), experts at their width.
+    const uint64_t qkv_bytes = static_cast<uint64_t>((c.qSize() + 2 * c.kvSize()) * c.hidden_size) * 2;
+    EXPECT_GE(deviceWeightLoadBytes(c, WeightSelection::everything(c), WeightSource::kHost), qkv_bytes);
+    EXPECT_GE(deviceWeightLoadBytes(c, WeightSelection::everything(c), WeightSource::kRandom), qkv_bytes);
+    EXPECT_EQ(deviceWeightLoadBytes(c, WeightSelection::ffnRole(true, c, 0, 8), WeightSource::kHost),
+              uint64_t{8} * 3 * 16 * 64 * 2);
+}
+
+TEST(DeviceWeightsLayoutTest, PaddedHeadsAndMlpWidthsInTheDeviceShapes) {
+    const ModelConfig c = paddedShapesConfig();
+    const int64_t H = c.hidden_size;
+    EXPECT_EQ(deviceHeadDim(c), 16);
+    const HeadRuns rows = headRuns(c, c.num_attention_heads, H);  // q_proj's rows
+    EXPECT_EQ(rows.runs, 8);
+    EXPECT_EQ(rows.elements, 8 * H);
+    EXPECT_EQ(rows.stored_elements, 16 * H);
+    EXPECT_TRUE(rows.padded());
+    const HeadRuns columns = headRuns(c, H * c.num_attention_heads, 1);  // o_proj's columns
+    EXPECT_EQ(columns.runs, H * 8);
+    EXPECT_EQ(columns.elements, 8);
+    EXPECT_EQ(columns.stored_elements, 16);
+    EXPECT_FALSE(headRuns(ModelConfig::preset("tiny").value(), 4, H).padded());
+    EXPECT_FALSE(headRuns(ModelConfig::preset("qwen3-30b-a3b").value(), 32, 2048).padded());
+
+    const DeviceWeightsLayout layout = planDeviceWeights(c, WeightSelection::everything(c));
+    // The tensors' shapes only: the base is never read.
+    std::vector<uint8_t> base(layout.total_bytes);
+    const ModelWeights w = deviceWeightTensors(c, layout, base.data(), core::Device::cuda(0), nullptr);
+    const model::AttentionLayerWeights& a = w.attention[0];
+    EXPECT_EQ(a.q_norm.shape(), (core::Shape{16}));
+    EXPECT_EQ(a.qkv_proj.shape(), (core::Shape{(8 + 2 * 8) * 16, H}));
+    EXPECT_EQ(a.q_proj.shape(), (core::Shape{8 * 16, H}));
+    EXPECT_EQ(a.v_proj.shape(), (core::Shape{8 * 16, H}));
+    EXPECT_EQ(a.qkv_bias.shape(), (core::Shape{(8 + 2 * 8) * 16}));
+    EXPECT_EQ(a.o_proj.shape(), (core::Shape{H, 8 * 16}));
+    for (const int64_t l : {0, 1}) {
+        SCOPED_TRACE(::testing::Message() << "layer " << l);
+        const MlpLayerSlots& slots = layout.mlp[static_cast<size_t>(l)];
+        const int64_t width = l == 1 ? 44 : 16;
+        const int64_t packed = l == 1 ? 64 : 32;
+        EXPECT_EQ(slots.checkpoint_inter, width);
+        EXPECT_EQ(slots.inter, packed);
+        const model::MlpLayerWeights& m = w.mlp[static_cast<size_t>(l)];
+        EXPECT_EQ(m.inter, packed);
+        EXPECT_EQ(m.w13.shape(), (core::Shape{m.expert_end - m.expert_begin, 2 * packed, H}));
+        EXPECT_EQ(m.w2.shape(), (core::Shape{m.expert_end - m.expert_begin, H, 64}));
+    }
 }
 
 TEST(DeviceWeightBytesTest, LoadingStagesWholeExpertsWithinTheBound) {
@@ -275,6 +360,71 @@ TEST(DeviceWeightsTest, UploadsTheTinyFixtureAndReadsBackTheHostWeights) {
     }
 }
 
+// The checkpoint's elements of a device tensor stored as `runs` runs of `stored` elements, the first `elements` of each
+// real; counts the padded elements that are not zero.
+std::vector<uint16_t> realRuns(const std::vector<uint16_t>& device, int64_t runs, int64_t elements, int64_t stored,
+                               int64_t& nonzero_padding) {
+    EXPECT_EQ(static_cast<int64_t>(device.size()), runs * stored);
+    std::vector<uint16_t> real;
+    for (int64_t r = 0; r < runs; ++r) {
+        for (int64_t i = 0; i < stored; ++i) {
+            const uint16_t v = device[static_cast<size_t>(r * stored + i)];
+            if (i < elements) {
+                real.push_back(v);
+            } else {
+                nonzero_padding += v != 0;
+            }
+        }
+    }
+    return real;
+}
+
+TEST(DeviceWeightsTest, UploadsPaddedHeadsAndNarrowMlpsWithZerosInThePadding) {
+    SKIP_WITHOUT_GPU();
+    const ModelConfig c = paddedShapesConfig();
+    testing::TempDir dir;
+    ASSERT_TRUE(model::writeSyntheticCheckpoint(dir.path(), c, {.seed = 4}).isOk());
+    const model::Checkpoint checkpoint = model::Checkpoint::open(dir.path()).value();
+    const ModelWeights host = model::loadWeights(checkpoint, c, WeightSelection::everything(c)).value();
+    auto uploaded = uploadModelWeights(c, host, 0);
+    ASSERT_TRUE(uploaded.isOk()) << uploaded.status().toString();
+    const ModelWeights& dev = *uploaded;
+    const int64_t H = c.hidden_size;
+    const int64_t hd = c.head_dim;  // 8, stored at 16
+    const int64_t hs = 16;
+    const int64_t heads = c.num_attention_heads + 2 * c.num_key_value_heads;
+    for (size_t l = 0; l < host.attention.size(); ++l) {
+        SCOPED_TRACE(::testing::Message() << "layer " << l);
+        const model::AttentionLayerWeights& h = host.attention[l];
+        const model::AttentionLayerWeights& d = dev.attention[l];
+        int64_t nonzero = 0;
+        EXPECT_EQ(realRuns(download(d.q_norm), 1, hd, hs, nonzero), hostBits(h.q_norm));
+        EXPECT_EQ(realRuns(download(d.k_norm), 1, hd, hs, nonzero), hostBits(h.k_norm));
+        EXPECT_EQ(realRuns(download(d.qkv_proj), heads, hd * H, hs * H, nonzero), hostBits(h.qkv_proj));
+        EXPECT_EQ(realRuns(download(d.qkv_bias), heads, hd, hs, nonzero), hostBits(h.qkv_bias));
+        EXPECT_EQ(realRuns(download(d.o_proj), H * c.num_attention_heads, hd, hs, nonzero), hostBits(h.o_proj));
+        EXPECT_EQ(download(d.o_bias), hostBits(h.o_bias));
+        EXPECT_EQ(nonzero, 0) << "padded lanes are not zero";
+
+        const model::MlpLayerWeights& hm = host.mlp[l];
+        const model::MlpLayerWeights& dm = dev.mlp[l];
+        ASSERT_TRUE(dm.hasExperts());
+        const int64_t I = hm.inter;  // 16 (MoE) or 44 (the dense layer)
+        const int64_t packed = roundUp(I, 32);
+        EXPECT_EQ(dm.inter, packed);
+        const int64_t E = dm.expert_end - dm.expert_begin;
+        const Unpacked u = unpack(download(dm.w13), download(dm.w2), E, H, packed);
+        EXPECT_EQ(u.nonzero_padding, 0);
+        // w13 [E, 2 packed, H]: gate rows [0, I) then zeros, up rows [packed, packed + I) then zeros.
+        int64_t nonzero_mlp = 0;
+        const std::vector<uint16_t> w13 = realRuns(u.w13, 2 * E, I * H, packed * H, nonzero_mlp);
+        const std::vector<uint16_t> w2 = realRuns(u.w2, E * H, I, packed, nonzero_mlp);
+        EXPECT_TRUE(w13 == hostBits(hm.w13)) << "w13 does not unpack to the host's";
+        EXPECT_TRUE(w2 == hostBits(hm.w2)) << "w2 does not unpack to the host's";
+        EXPECT_EQ(nonzero_mlp, 0) << "the padded MLP width is not zero";
+    }
+}
+
 // Every tensor of two device weights bit for bit equal (both on cuda:0, same layout).
 void expectSameTensors(const ModelWeights& a, const ModelWeights& b) {
     auto same = [](const Tensor& x, const Tensor& y, const std::string& what) {
@@ -310,13 +460,14 @@ void expectSameTensors(const ModelWeights& a, const ModelWeights& b) {
 
 TEST(DeviceWeightsTest, RandomWeightsAreTheGenModelCheckpointOfTheSameSeed) {
     SKIP_WITHOUT_GPU();
-    ModelConfig c = ModelConfig::preset("tiny").value();
-    c.attention_bias = true;
-    c.mlp_only_layers = {1};
-    c.intermediate_size = 96;
-    for (const bool tied : {false, true}) {
+    ModelConfig base = ModelConfig::preset("tiny").value();
+    base.attention_bias = true;
+    base.mlp_only_layers = {1};
+    base.intermediate_size = 96;
+    for (const auto& [tied, padded] : {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}}) {
+        ModelConfig c = padded ? paddedShapesConfig() : base;
         c.tie_word_embeddings = tied;
-        SCOPED_TRACE(::testing::Message() << "tied " << tied);
+        SCOPED_TRACE(::testing::Message() << "tied " << tied << " padded heads and widths " << padded);
         testing::TempDir dir;
         model::SyntheticOptions options;
         options.seed = 9;

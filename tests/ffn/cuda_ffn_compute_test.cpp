@@ -1,5 +1,6 @@
 // The GPU FFN compute against the CPU one on the HF fixture's weights, for m2n expert ranges (partial sums) and
-// p2p (router + experts, dense MLP): fresh random inputs, outputs poisoned, relative L2 below 1e-2 (BF16 path).
+// p2p (router + experts, dense MLP), and on a generated model of MLP widths 16 and 44: fresh random inputs, outputs
+// poisoned, relative L2 below 1e-2 (BF16 path; 2e-2 where the GPU routes).
 // Compiles with the CUDA backend; skips on machines without a GPU.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -124,6 +125,50 @@ TEST_F(CudaFfnComputeTest, P2pWithTheGpuRouterMatchesCpu) {
             ASSERT_TRUE((*gpu)->mlpBlock(layer, T, x.data(), out_gpu.data()).isOk());
             EXPECT_LT(relL2(out_gpu, out_cpu), 2e-2) << "layer " << layer << " T=" << T;
         }
+    }
+}
+
+// MLP widths that are not a multiple of 32 (experts of width 16 as hf_crosscheck's experts64_top8, a dense layer of
+// 44): the GPU rank packs them at the packed width with zeros and gives the CPU rank's sums, m2n and p2p.
+TEST_F(CudaFfnComputeTest, NarrowMlpWidthsMatchCpu) {
+    auto config = model::ModelConfig::preset("tiny").value();
+    config.moe_intermediate_size = 16;
+    config.intermediate_size = 44;
+    config.mlp_only_layers = {1};
+    testing::TempDir dir;
+    ASSERT_TRUE(model::writeSyntheticCheckpoint(dir.path(), config, {.seed = 8}).isOk());
+    auto checkpoint = model::Checkpoint::open(dir.path()).value();
+    const int64_t H = config.hidden_size, K = config.num_experts_per_tok;
+    for (const bool m2n : {true, false}) {
+        SCOPED_TRACE(m2n ? "m2n experts [2, 6)" : "p2p");
+        const auto sel = m2n ? model::WeightSelection::ffnRole(true, config, 2, 6)
+                             : model::WeightSelection::ffnRole(false, config, 0, config.num_experts);
+        CpuFfnCompute cpu(config, model::loadWeights(checkpoint, config, sel).value());
+        auto gpu = createFfnCompute("cuda", 0, config, model::loadWeights(checkpoint, config, sel).value(), 512);
+        ASSERT_TRUE(gpu.isOk()) << gpu.status().toString();
+        for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+            if (m2n && !config.isMoeLayer(layer)) continue;  // an m2n rank holds experts only
+            for (int64_t T : {1, 19, 19}) {                  // twice: the second call replays the captured graph
+                std::normal_distribution<float> normal;
+                std::uniform_int_distribution<int> id(-1, 3);
+                std::vector<float> x(T * H), w(T * K), out_cpu(T * H, NAN), out_gpu(T * H, NAN);
+                std::vector<int32_t> ids(T * K);
+                // On the BF16 grid: p2p routes on the GPU from BF16 activations (P2pWithTheGpuRouterMatchesCpu).
+                for (auto& v : x) v = core::roundToBf16(normal(rng_));
+                for (auto& v : ids) v = id(rng_);
+                for (auto& v : w) v = std::abs(normal(rng_));
+                if (m2n) {
+                    ASSERT_TRUE(cpu.moePartial(layer, T, x.data(), ids.data(), w.data(), out_cpu.data()).isOk());
+                    ASSERT_TRUE((*gpu)->moePartial(layer, T, x.data(), ids.data(), w.data(), out_gpu.data()).isOk());
+                } else {
+                    ASSERT_TRUE(cpu.mlpBlock(layer, T, x.data(), out_cpu.data()).isOk());
+                    ASSERT_TRUE((*gpu)->mlpBlock(layer, T, x.data(), out_gpu.data()).isOk());
+                }
+                for (float v : out_gpu) ASSERT_FALSE(std::isnan(v));
+                EXPECT_LT(relL2(out_gpu, out_cpu), 2e-2) << "layer " << layer << " T=" << T;
+            }
+        }
+        (*gpu)->release();
     }
 }
 

@@ -60,6 +60,13 @@ TEST(DenseOpsArgsTest, QkvRopeRejectsBadShapesAndPointers) {
         expectRejected([&] { qkvRopeCuda(p, nullptr); },
                        "head_dim " + std::to_string(hd) + " is not one of 16, 32, 64, 128, 256");
     }
+    // The model's head_dim in padded heads: even, and within the stored head_dim.
+    for (const int64_t rd : {int64_t{7}, int64_t{256}, int64_t{-2}}) {
+        QkvRopeParams p = validQkv();
+        p.rope_dim = rd;
+        expectRejected([&] { qkvRopeCuda(p, nullptr); },
+                       "rope_dim " + std::to_string(rd) + " must be even and in [2, head_dim 128]");
+    }
     QkvRopeParams p = validQkv();
     p.num_heads = 30;
     expectRejected([&] { qkvRopeCuda(p, nullptr); }, "must be a positive multiple of num_kv_heads");

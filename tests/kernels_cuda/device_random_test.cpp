@@ -1,7 +1,7 @@
 // The synthetic-weight kernels (kernels/device_random.h): every element bit for bit the host formula
 // (model/synthetic_values.h) at any length and alignment, nothing written outside the tensor; the packed MLP drawn
 // straight into the grouped GEMMs' layout equals moePackWeightsCuda of the row-major tensors drawn one by one
-// (padding included); the argument checks (host only).
+// (padding included, widths not a multiple of 32 packed at their packed width too); the argument checks (host only).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -64,8 +64,8 @@ struct MlpShape {
 
 TEST(DeviceRandomTest, PackedMlpEqualsThePackOfTheRowMajorTensors) {
     if (cuda::deviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-    for (const MlpShape s :
-         {MlpShape{3, 128, 96}, MlpShape{2, 64, 32}, MlpShape{1, 2048, 768}, MlpShape{4, 192, 160}}) {
+    for (const MlpShape s : {MlpShape{3, 128, 96}, MlpShape{2, 64, 32}, MlpShape{1, 2048, 768}, MlpShape{4, 192, 160},
+                             MlpShape{3, 64, 16}, MlpShape{2, 128, 44}, MlpShape{1, 64, 7}}) {
         SCOPED_TRACE(testing::Message() << "E " << s.experts << " H " << s.hidden << " I " << s.inter);
         std::vector<uint64_t> keys(static_cast<size_t>(3 * s.experts));
         for (size_t i = 0; i < keys.size(); ++i) keys[i] = model::syntheticMix(0xabcdefull + i);
@@ -125,7 +125,7 @@ TEST(DeviceRandomChecksTest, RefusesShapesThePackedLayoutCannotHold) {
     p.w2_packed = storage;
     EXPECT_THROW(syntheticPackedMlpCuda(p, nullptr), core::Error);
     p.hidden = 64;
-    p.inter = 48;  // not a multiple of 32
+    p.inter = 0;  // no width
     EXPECT_THROW(syntheticPackedMlpCuda(p, nullptr), core::Error);
     p.inter = 32;
     p.w2_packed = storage + 1;  // 2 bytes off

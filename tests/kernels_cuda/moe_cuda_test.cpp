@@ -4,8 +4,9 @@
 // the Qwen3-30B-A3B layer), for every tile configuration of kMoeTiles that divides the case's layer, each with the plan
 // the planner makes for it and with its stages replayable alone (the down kernel after the whole gate-up grid, the
 // combine after the whole down grid), with outputs and workspace poisoned (NaN) before each run. BF16 paths must reach
-// a relative L2 error under 1e-2. Also: replay of a captured CUDA graph after the routing changed, and the error
-// paths. The planner's rules themselves are tested on the host (tests/kernels/moe_cuda_plan_test.cpp).
+// a relative L2 error under 1e-2. Also: replay of a captured CUDA graph after the routing changed, MLP widths that are
+// not a multiple of 32 packed at their packed width, and the error paths. The planner's rules themselves are tested on
+// the host (tests/kernels/moe_cuda_plan_test.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -461,6 +462,62 @@ TEST(MoeCudaTest, Fp32SumsRoundToTheBf16LayersOutput) {
         for (size_t i = 0; i < sums.size(); ++i) {
             ASSERT_EQ(core::Bf16(sums[i]).bits, bf16_out[i].bits) << "element " << i << " sum " << sums[i];
         }
+    }
+}
+
+// Widths that are not a multiple of 32 (hf_crosscheck's experts64_top8 has moe_intermediate_size 16; a dense MLP
+// of 44; a width of 7, not even a multiple of 8): packed from their row-major tensors at moePackedWidth with zeros, the
+// layer at the packed width gives the unpadded layer's output.
+TEST(MoeCudaTest, NarrowWidthsPackedWithZerosGiveTheUnpaddedLayer) {
+    AFD_REQUIRE_HOPPER();
+    std::mt19937 rng(31);
+    for (const Case& c : {Case{"moe_width_16", 37, 64, 16, 64, 8, Routing::kUniform},
+                          Case{"dense_width_44", 21, 128, 44, 1, 1, Routing::kOneExpert},
+                          Case{"width_7", 9, 64, 7, 4, 2, Routing::kWithUnserved}}) {
+        SCOPED_TRACE(c.name);
+        const int64_t packed = moePackedWidth(c.inter);
+        ASSERT_EQ(packed % 32, 0);
+        const auto x = test::randomBf16(static_cast<size_t>(c.tokens * c.hidden), 1.0f, rng);
+        const auto w13 =
+            test::randomBf16(static_cast<size_t>(c.experts * 2 * c.inter * c.hidden), 2.0f / std::sqrt(c.hidden), rng);
+        const auto w2 =
+            test::randomBf16(static_cast<size_t>(c.experts * c.hidden * c.inter), 2.0f / std::sqrt(c.inter), rng);
+        const test::RoutingTable routing = test::makeRouting(c.tokens, c.experts, c.top_k, c.routing, rng);
+        const DeviceBuffer row_major_w13 = DeviceBuffer::from(w13);
+        const DeviceBuffer row_major_w2 = DeviceBuffer::from(w2);
+        const MoePackedWeightBytes bytes = moePackedWeightBytes(c.experts, c.hidden, c.inter);
+        EXPECT_EQ(bytes.w13, moePackedWeightBytes(c.experts, c.hidden, packed).w13);
+        DeviceBuffer d_w13(bytes.w13), d_w2(bytes.w2);
+        d_w13.poison();  // a padded row or column the packing misses is NaN in the output
+        d_w2.poison();
+        moePackWeightsCuda(row_major_w13.as<core::Bf16>(), row_major_w2.as<core::Bf16>(), c.experts, c.hidden, c.inter,
+                           d_w13.as<core::Bf16>(), d_w2.as<core::Bf16>(), nullptr);
+        DeviceBuffer d_x = DeviceBuffer::from(x);
+        DeviceBuffer d_ids = DeviceBuffer::from(routing.ids);
+        DeviceBuffer d_weights = DeviceBuffer::from(routing.weights);
+        DeviceBuffer d_out(static_cast<size_t>(c.tokens * c.hidden) * 2);
+        DeviceBuffer d_ws(moeCudaWorkspaceBytes(c.tokens, c.top_k, c.experts, c.hidden, packed));
+        d_out.poison();
+        d_ws.poison();
+        MoeParams p;
+        p.num_tokens = c.tokens;
+        p.hidden = c.hidden;
+        p.inter = packed;
+        p.num_experts = c.experts;
+        p.top_k = c.top_k;
+        p.act_dtype = ActDType::kBf16;
+        p.x = d_x.get();
+        p.topk_ids = d_ids.as<int32_t>();
+        p.topk_weights = d_weights.as<float>();
+        p.w13 = d_w13.as<core::Bf16>();
+        p.w2 = d_w2.as<core::Bf16>();
+        p.out = d_out.get();
+        moeForwardCuda(p, d_ws.get(), d_ws.bytes(), nullptr);
+        AFD_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> got =
+            test::toFloat(d_out.download<core::Bf16>(static_cast<size_t>(c.tokens * c.hidden)));
+        const std::vector<float> want = test::referenceMoe(x, w13, w2, routing, c.tokens, c.hidden, c.inter, c.top_k);
+        EXPECT_LT(test::relativeL2(got, want), kBf16Tolerance);
     }
 }
 

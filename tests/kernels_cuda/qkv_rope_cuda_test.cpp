@@ -3,7 +3,10 @@
 // and both caches poisoned: q, k and v within bf16 tolerance, every q element written, and every cache slot that no
 // token maps to (padding rows with slot -1, slots outside the cache, tokens with a position outside the rope table)
 // still poisoned. Shapes: Qwen3-30B-A3B (32 q / 4 kv heads, head_dim 128), the tiny fixture (4 / 2, head_dim 16),
-// and head_dim 32, 64, 256 with and without bias and norms, block sizes 16 to 128.
+// and head_dim 32, 64, 256 with and without bias and norms, block sizes 16 to 128. Padded heads (rope_dim below the
+// stored head_dim: 8 in 16, 2 in 16, 24 in 32, 48 in 64), from BF16 and FP32 projections whose padded lanes hold
+// garbage: the model's lanes as the reference of a model of head_dim rope_dim, the other lanes of q and of every
+// written k and v exactly zero.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -225,6 +228,167 @@ TEST(QkvRopeCudaTest, MatchesCpuAndWritesOnlyMappedSlots) {
                     << "v written at unmapped slot " << slot;
             }
         }
+    }
+}
+
+struct PaddedCase {
+    int64_t tokens, heads, kv_heads, head_dim, rope_dim;
+    bool bias, norms, f32_in;
+};
+
+TEST(QkvRopeCudaTest, PaddedHeadsComputeTheModelsLanesAndZeroTheRest) {
+    if (cuda::deviceCount() == 0) {
+        GTEST_SKIP() << "no CUDA device";
+    }
+    if (cuda::deviceInfo(0).compute_major < 9) {
+        GTEST_SKIP() << "the kernels are built for sm_90a (Hopper) only";
+    }
+    const std::vector<PaddedCase> cases = {
+        {11, 8, 8, 16, 8, false, true, true},    // hf_crosscheck's mha_headdim8, FP32 projection (the engine's)
+        {9, 8, 1, 16, 8, true, true, false},     // GQA 8:1 at head_dim 8, bias, BF16 projection
+        {5, 4, 2, 16, 2, true, false, true},     // the smallest head, no norms
+        {7, 6, 3, 32, 24, true, true, true},     // 24 in 32
+        {300, 4, 4, 64, 48, false, true, true},  // 48 in 64, a prefill chunk
+    };
+    std::mt19937 rng(29);
+    const double theta = 1e4;
+    const float eps = 1e-6f;
+    const int64_t max_position = 512;
+    const int64_t block_size = 16;
+    for (const PaddedCase& c : cases) {
+        SCOPED_TRACE(testing::Message() << "T " << c.tokens << " nh " << c.heads << " nkv " << c.kv_heads << " hd "
+                                        << c.head_dim << " rope_dim " << c.rope_dim << " bias " << c.bias << " norms "
+                                        << c.norms << " f32 " << c.f32_in);
+        const int64_t hs = c.head_dim;
+        const int64_t rd = c.rope_dim;
+        const int64_t heads = c.heads + 2 * c.kv_heads;
+        const int64_t num_blocks = (c.tokens + 1 + block_size - 1) / block_size + 1;
+        const int64_t slots = num_blocks * block_size;
+        // Every stored lane random, the padded ones too: the kernel must neither read nor pass them on.
+        const auto qkv = test::randomBf16(static_cast<size_t>(c.tokens * heads * hs), 2.0f, rng);
+        const auto bias = test::randomBf16(static_cast<size_t>(heads * hs), 0.5f, rng);
+        const auto q_norm = test::randomBf16(static_cast<size_t>(hs), 1.5f, rng);
+        const auto k_norm = test::randomBf16(static_cast<size_t>(hs), 1.5f, rng);
+        // The model's tensors: the first rd lanes of each head.
+        auto narrow = [&](const std::vector<core::Bf16>& v, int64_t runs) {
+            std::vector<core::Bf16> out;
+            for (int64_t r = 0; r < runs; ++r) out.insert(out.end(), v.begin() + r * hs, v.begin() + r * hs + rd);
+            return out;
+        };
+        std::uniform_int_distribution<int32_t> any_position(0, static_cast<int32_t>(max_position - 1));
+        std::vector<int32_t> positions(static_cast<size_t>(c.tokens));
+        for (auto& pos : positions) pos = any_position(rng);
+        std::vector<int32_t> free_slots(static_cast<size_t>(slots));
+        std::iota(free_slots.begin(), free_slots.end(), 0);
+        std::shuffle(free_slots.begin(), free_slots.end(), rng);
+        std::vector<int32_t> slot_mapping(free_slots.begin(), free_slots.begin() + c.tokens);
+        // Token 1 is padding (no KV write), token 2's position is past the table (q zero, no KV write).
+        slot_mapping[1] = -1;
+        positions[2] = static_cast<int32_t>(max_position);
+        std::vector<int32_t> ref_positions = positions;
+        ref_positions[2] = 0;
+        const QkvCase model{c.tokens, c.heads, c.kv_heads, rd, block_size, num_blocks, c.bias, c.norms};
+        const QkvReference ref = referenceQkv(model, narrow(qkv, c.tokens * heads), narrow(bias, heads),
+                                              narrow(q_norm, 1), narrow(k_norm, 1), ref_positions, theta, eps);
+
+        std::vector<int32_t> table_positions(static_cast<size_t>(max_position));
+        std::iota(table_positions.begin(), table_positions.end(), 0);
+        std::vector<float> cos_table(static_cast<size_t>(max_position * rd / 2));
+        std::vector<float> sin_table(cos_table.size());
+        ropeTableCpu(table_positions.data(), max_position, rd, theta, cos_table.data(), sin_table.data());
+
+        DeviceBuffer d_qkv = c.f32_in ? DeviceBuffer::from(test::toFloat(qkv)) : DeviceBuffer::from(qkv);
+        DeviceBuffer d_bias = DeviceBuffer::from(bias);
+        DeviceBuffer d_q_norm = DeviceBuffer::from(q_norm);
+        DeviceBuffer d_k_norm = DeviceBuffer::from(k_norm);
+        DeviceBuffer d_positions = DeviceBuffer::from(positions);
+        DeviceBuffer d_slots = DeviceBuffer::from(slot_mapping);
+        DeviceBuffer d_cos = DeviceBuffer::from(cos_table);
+        DeviceBuffer d_sin = DeviceBuffer::from(sin_table);
+        const size_t cache_elems = static_cast<size_t>(slots * c.kv_heads * hs);
+        DeviceBuffer d_q(static_cast<size_t>(c.tokens * c.heads * hs) * 2);
+        DeviceBuffer d_k_cache(cache_elems * 2);
+        DeviceBuffer d_v_cache(cache_elems * 2);
+        d_q.poison();
+        d_k_cache.poison();
+        d_v_cache.poison();
+
+        QkvRopeParams p;
+        p.num_tokens = c.tokens;
+        p.num_heads = c.heads;
+        p.num_kv_heads = c.kv_heads;
+        p.head_dim = hs;
+        p.rope_dim = rd;
+        p.eps = eps;
+        p.qkv = d_qkv.get();
+        p.qkv_dtype = c.f32_in ? ActDType::kF32 : ActDType::kBf16;
+        p.qkv_bias = c.bias ? d_bias.as<core::Bf16>() : nullptr;
+        p.q_norm = c.norms ? d_q_norm.as<core::Bf16>() : nullptr;
+        p.k_norm = c.norms ? d_k_norm.as<core::Bf16>() : nullptr;
+        p.positions = d_positions.as<int32_t>();
+        p.rope_cos = d_cos.as<float>();
+        p.rope_sin = d_sin.as<float>();
+        p.max_position = max_position;
+        p.slot_mapping = d_slots.as<int32_t>();
+        p.num_blocks = num_blocks;
+        p.block_size = block_size;
+        p.q_out = d_q.as<core::Bf16>();
+        p.k_cache = d_k_cache.as<core::Bf16>();
+        p.v_cache = d_v_cache.as<core::Bf16>();
+        qkvRopeCuda(p, nullptr);
+        AFD_CUDA_CHECK(cudaDeviceSynchronize());
+
+        // Splits stored heads [runs, hs] into the model's lanes and the padded ones (which must be exact zeros).
+        int64_t nonzero_padding = 0;
+        auto model_lanes = [&](const std::vector<core::Bf16>& stored, int64_t first_run, int64_t runs) {
+            std::vector<float> out;
+            for (int64_t r = first_run; r < first_run + runs; ++r) {
+                for (int64_t i = 0; i < hs; ++i) {
+                    const core::Bf16 v = stored[static_cast<size_t>(r * hs + i)];
+                    if (i < rd) {
+                        out.push_back(v.toFloat());
+                    } else {
+                        nonzero_padding += v.bits != 0;
+                    }
+                }
+            }
+            return out;
+        };
+        const auto q_stored = d_q.download<core::Bf16>(static_cast<size_t>(c.tokens * c.heads * hs));
+        std::vector<float> q_got = model_lanes(q_stored, 0, c.tokens * c.heads);
+        for (float e : q_got) ASSERT_TRUE(std::isfinite(e)) << "a q element was not written";
+        std::vector<float> q_want = ref.q;
+        for (int64_t i = 0; i < c.heads * rd; ++i) {
+            ASSERT_EQ(q_got[static_cast<size_t>(2 * c.heads * rd + i)], 0.0f) << "token 2's q (no position)";
+            q_want[static_cast<size_t>(2 * c.heads * rd + i)] = 0.0f;
+        }
+        EXPECT_LT(test::relativeL2(q_got, q_want), kBf16Tolerance);
+
+        const auto k_cache = d_k_cache.download<core::Bf16>(cache_elems);
+        const auto v_cache = d_v_cache.download<core::Bf16>(cache_elems);
+        std::vector<bool> slot_written(static_cast<size_t>(slots), false);
+        std::vector<float> k_got, k_want, v_got, v_want;
+        for (int64_t t = 0; t < c.tokens; ++t) {
+            if (t == 1 || t == 2) continue;
+            const int64_t slot = slot_mapping[static_cast<size_t>(t)];
+            slot_written[static_cast<size_t>(slot)] = true;
+            for (const float v : model_lanes(k_cache, slot * c.kv_heads, c.kv_heads)) k_got.push_back(v);
+            for (const float v : model_lanes(v_cache, slot * c.kv_heads, c.kv_heads)) v_got.push_back(v);
+            k_want.insert(k_want.end(), ref.k.begin() + t * c.kv_heads * rd, ref.k.begin() + (t + 1) * c.kv_heads * rd);
+            v_want.insert(v_want.end(), ref.v.begin() + t * c.kv_heads * rd, ref.v.begin() + (t + 1) * c.kv_heads * rd);
+        }
+        EXPECT_LT(test::relativeL2(k_got, k_want), kBf16Tolerance);
+        EXPECT_LT(test::relativeL2(v_got, v_want), kBf16Tolerance);
+        EXPECT_EQ(nonzero_padding, 0) << "padded lanes of q, k or v hold something else than zero";
+        int64_t unmapped_written = 0;
+        for (int64_t slot = 0; slot < slots; ++slot) {
+            if (slot_written[static_cast<size_t>(slot)]) continue;
+            for (int64_t i = 0; i < c.kv_heads * hs; ++i) {
+                unmapped_written += k_cache[static_cast<size_t>(slot * c.kv_heads * hs + i)].bits != kPoisonBits;
+                unmapped_written += v_cache[static_cast<size_t>(slot * c.kv_heads * hs + i)].bits != kPoisonBits;
+            }
+        }
+        EXPECT_EQ(unmapped_written, 0) << "K/V written at slots no token maps to";
     }
 }
 

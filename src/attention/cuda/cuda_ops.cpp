@@ -187,12 +187,15 @@ void CudaOps::synchronize() {
     AFD_CUDA_CHECK(cudaStreamSynchronize(cudaStream()));
 }
 
+int64_t CudaOps::storedHeadDim(int64_t head_dim) const { return kernels::pagedAttentionHeadDim(head_dim); }
+
 void CudaOps::reserve(const model::ModelConfig& c, const StepLimits& limits) {
     makeCurrent();
-    const int64_t hd = c.head_dim;
+    const int64_t hd = storedHeadDim(c.head_dim);
     AFD_CHECK(hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256,
-              "{}: head_dim {} is not one the CUDA attention kernels take (16, 32, 64, 128, 256)", device().toString(),
-              hd);
+              "{}: head_dim {} is not one the CUDA attention kernels take (16, 32, 64, 128, 256) or store padded to "
+              "one (an even head_dim below 256)",
+              device().toString(), c.head_dim);
     AFD_CHECK(limits.block_size == 0 || limits.block_size == 16 || limits.block_size == 32 || limits.block_size == 64 ||
                   limits.block_size == 128,
               "{}: KV block_size {} is not one the CUDA attention kernels take (16, 32, 64, 128)", device().toString(),
@@ -210,11 +213,12 @@ void CudaOps::reserve(const model::ModelConfig& c, const StepLimits& limits) {
     reserveSampleRows(limits.max_chunks);
     // Every GEMM of a captured decode step: the fused QKV and o_proj of M rows, and the LM head of M sampling rows.
     const int64_t H = c.hidden_size;
-    const int64_t qkv = c.qSize() + 2 * c.kvSize();
+    const int64_t q = c.num_attention_heads * hd;
+    const int64_t qkv = q + 2 * c.num_key_value_heads * hd;
     using kernels::cuda::GemmOutDType;
     for (const int64_t m : limits.graph_batch_sizes) {
         gemm_->prepare({m, qkv, H, H, qkv, GemmOutDType::kBf16, c.attention_bias});
-        gemm_->prepare({m, H, c.qSize(), c.qSize(), H, GemmOutDType::kBf16, false});
+        gemm_->prepare({m, H, q, q, H, GemmOutDType::kBf16, false});
         gemm_->prepare({m, c.vocab_size, H, H, c.vocab_size, GemmOutDType::kF32, false});
     }
 }

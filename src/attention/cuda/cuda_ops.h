@@ -37,6 +37,8 @@ public:
     // Checks that the kernels take the model (head_dim, block size …; core::Error naming the field), sizes the
     // attention workspace and the sampling buffers, and prepares the GEMM algorithms of the graph batch sizes.
     void reserve(const model::ModelConfig& config, const StepLimits& limits) override;
+    // kernels::pagedAttentionHeadDim: head_dim 8 is stored at 16, for instance.
+    int64_t storedHeadDim(int64_t head_dim) const override;
 
     core::Tensor empty(core::DType dtype, core::Shape shape) override;
     core::Tensor emptyHost(core::DType dtype, core::Shape shape) override;

@@ -168,8 +168,11 @@ void CudaOps::qkvRopeKvWrite(const Tensor& qkv, const Tensor* qkv_bias, const Te
     expect(rope.cos, DType::kF32, 2, dev, "qkvRopeKvWrite rope.cos");
     expect(rope.sin, DType::kF32, 2, dev, "qkvRopeKvWrite rope.sin");
     const int64_t max_position = rope.cos.size(0);
-    expectShape(rope.cos, {max_position, hd / 2}, "qkvRopeKvWrite rope.cos");
-    expectShape(rope.sin, {max_position, hd / 2}, "qkvRopeKvWrite rope.sin");
+    // The model's head_dim, which a stored head may pad (storedHeadDim).
+    const int64_t rope_dim = 2 * rope.cos.size(1);
+    AFD_CHECK(rope_dim >= 2 && rope_dim <= hd, "CudaOps: a RoPE table of {} angles for heads of {} lanes",
+              rope.cos.size(1), hd);
+    expectShape(rope.sin, {max_position, rope_dim / 2}, "qkvRopeKvWrite rope.sin");
     expect(positions, DType::kI32, 1, dev, "qkvRopeKvWrite positions");
     expectShape(positions, {n}, "qkvRopeKvWrite positions");
     expect(slot_mapping, DType::kI32, 1, dev, "qkvRopeKvWrite slot_mapping");
@@ -179,6 +182,7 @@ void CudaOps::qkvRopeKvWrite(const Tensor& qkv, const Tensor* qkv_bias, const Te
     p.num_heads = nh;
     p.num_kv_heads = nkv;
     p.head_dim = hd;
+    p.rope_dim = rope_dim;
     p.eps = eps;
     p.qkv = qkv.rawData();
     p.qkv_dtype = qkv.dtype() == DType::kF32 ? kernels::ActDType::kF32 : kernels::ActDType::kBf16;

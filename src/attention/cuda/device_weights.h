@@ -4,18 +4,23 @@
 // What the device weights hold, per tensor the selection has (every tensor BF16):
 //   embed, final_norm, lm_head (the embedding itself when tie_word_embeddings), and per layer input_norm, post_norm,
 //   q_norm, k_norm, o_proj (o_bias) as on the host;
-//   qkv_proj [(nh + 2 nkv) hd, H]: rows of q_proj, then k_proj, then v_proj, which are views of its rows (no copy of
+//   qkv_proj [(nh + 2 nkv) hs, H]: rows of q_proj, then k_proj, then v_proj, which are views of its rows (no copy of
 //   their own); qkv_bias likewise with q_bias / k_bias / v_bias (attention_bias);
 //   router [E, H];
 //   w13 / w2 of the routed experts and of dense MLP layers in the layout of kernels::moePackWeightsCuda (weights.h):
-//   w13 [E_local, 2I, H] and w2 [E_local, H, round_up(I, 64)] elements; expert_begin, expert_end and inter as on the
-//   host.
+//   w13 [E_local, 2I, H] and w2 [E_local, H, round_up(I, 64)] elements at the packed width I =
+//   kernels::moePackedWidth(checkpoint width), which MlpLayerWeights::inter holds; expert_begin and expert_end as on
+//   the host.
+// Heads: hs = kernels::pagedAttentionHeadDim(head_dim) (CudaOps::storedHeadDim), the model's head_dim where the CUDA
+// attention kernels take it. A smaller head_dim (8, say) is stored padded: each head's lanes [head_dim, hs) are zero
+// rows of qkv_proj (and zeros of qkv_bias, q_norm, k_norm) and zero columns of o_proj, so the projections compute the
+// model's values in the real lanes and zeros in the others. The ModelConfig stays the checkpoint's.
 // checkpoint_bytes: the host weights' (bytes read from the checkpoint; 0 for random weights); owned_bytes: the device
 // allocation.
 //
 // Threads: each function runs on the calling thread and makes `gpu` current on it (left current on return).
-// Requirements (unsupported, naming the field): hidden_size % 64 == 0 and the MLP width % 32 == 0 wherever the
-// selection holds MLP weights (the packed layout).
+// Requirements (unsupported, naming the field): hidden_size % 64 == 0 wherever the selection holds MLP weights (the
+// packed layout). Any MLP width is packed (padded to the packed width with zeros).
 #pragma once
 
 #include <cstdint>

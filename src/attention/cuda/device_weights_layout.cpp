@@ -2,6 +2,7 @@
 
 #include "core/check.h"
 #include "kernels/moe_cuda.h"
+#include "kernels/paged_attention_cuda.h"
 
 namespace afd::attention {
 namespace {
@@ -32,9 +33,17 @@ int64_t roundUp(int64_t value, int64_t multiple) { return (value + multiple - 1)
 
 }  // namespace
 
+int64_t deviceHeadDim(const model::ModelConfig& config) { return kernels::pagedAttentionHeadDim(config.head_dim); }
+
+HeadRuns headRuns(const model::ModelConfig& config, int64_t heads, int64_t per_lane) {
+    return {heads, config.head_dim * per_lane, deviceHeadDim(config) * per_lane};
+}
+
 DeviceWeightsLayout planDeviceWeights(const model::ModelConfig& c, const model::WeightSelection& sel) {
     const int64_t H = c.hidden_size;
-    const int64_t qkv_rows = c.qSize() + 2 * c.kvSize();
+    const int64_t hd = deviceHeadDim(c);
+    const int64_t q_size = c.num_attention_heads * hd;
+    const int64_t qkv_rows = q_size + 2 * c.num_key_value_heads * hd;
     Arena arena;
     DeviceWeightsLayout layout;
     if (sel.attention) {
@@ -49,10 +58,10 @@ DeviceWeightsLayout planDeviceWeights(const model::ModelConfig& c, const model::
             AttentionLayerSlots& a = layout.attention[static_cast<size_t>(l)];
             a.input_norm = arena.take(bf16Bytes(H));
             a.post_norm = arena.take(bf16Bytes(H));
-            a.q_norm = arena.take(bf16Bytes(c.head_dim));
-            a.k_norm = arena.take(bf16Bytes(c.head_dim));
+            a.q_norm = arena.take(bf16Bytes(hd));
+            a.k_norm = arena.take(bf16Bytes(hd));
             a.qkv_proj = arena.take(bf16Bytes(qkv_rows * H));
-            a.o_proj = arena.take(bf16Bytes(H * c.qSize()));
+            a.o_proj = arena.take(bf16Bytes(H * q_size));
             if (c.attention_bias) {
                 a.qkv_bias = arena.take(bf16Bytes(qkv_rows));
                 a.o_bias = arena.take(bf16Bytes(H));
@@ -64,12 +73,13 @@ DeviceWeightsLayout planDeviceWeights(const model::ModelConfig& c, const model::
             if (sel.router) m.router = arena.take(bf16Bytes(c.num_experts * H));
             m.expert_begin = sel.expert_begin;
             m.expert_end = sel.expert_end;
-            m.inter = c.moe_intermediate_size;
+            m.checkpoint_inter = c.moe_intermediate_size;
         } else if (sel.dense_mlp) {
             m.expert_begin = 0;
             m.expert_end = 1;
-            m.inter = c.intermediate_size;
+            m.checkpoint_inter = c.intermediate_size;
         }
+        m.inter = kernels::moePackedWidth(m.checkpoint_inter);
         if (m.numExperts() > 0) {
             const kernels::MoePackedWeightBytes packed = kernels::moePackedWeightBytes(m.numExperts(), H, m.inter);
             m.w13 = arena.take(packed.w13);
@@ -88,8 +98,9 @@ model::ModelWeights deviceWeightTensors(const model::ModelConfig& c, const Devic
         return Tensor::wrap(static_cast<char*>(base) + slot, DType::kBf16, std::move(shape), device, owner);
     };
     const int64_t H = c.hidden_size;
-    const int64_t q = c.qSize();
-    const int64_t kv = c.kvSize();
+    const int64_t hd = deviceHeadDim(c);
+    const int64_t q = c.num_attention_heads * hd;
+    const int64_t kv = c.num_key_value_heads * hd;
     model::ModelWeights w;
     if (layout.embed != kNoSlot) {
         w.embed = at(layout.embed, {c.vocab_size, H});
@@ -104,8 +115,8 @@ model::ModelWeights deviceWeightTensors(const model::ModelConfig& c, const Devic
             model::AttentionLayerWeights& a = w.attention[l];
             a.input_norm = at(s.input_norm, {H});
             a.post_norm = at(s.post_norm, {H});
-            a.q_norm = at(s.q_norm, {c.head_dim});
-            a.k_norm = at(s.k_norm, {c.head_dim});
+            a.q_norm = at(s.q_norm, {hd});
+            a.k_norm = at(s.k_norm, {hd});
             a.qkv_proj = at(s.qkv_proj, {q + 2 * kv, H});
             a.q_proj = a.qkv_proj.slice(0, q);
             a.k_proj = a.qkv_proj.slice(q, q + kv);

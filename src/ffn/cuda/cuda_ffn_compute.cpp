@@ -62,9 +62,9 @@ struct DeviceLayer {
     bool counts_routing = false;          // p2p MoE (routed on the GPU or the host): its entries are counted
     std::vector<core::Bf16> host_router;  // p2p MoE whose shape the GPU router does not take: routed on the host
     int64_t num_experts = 0;
-    int64_t inter = 0;
-    DeviceBuffer w13;  // packed (moePackWeightsCuda)
-    DeviceBuffer w2;   // packed
+    int64_t inter = 0;  // the packed width (kernels::moePackedWidth of the checkpoint's)
+    DeviceBuffer w13;   // packed (moePackWeightsCuda)
+    DeviceBuffer w2;    // packed
     DeviceBuffer router;
 };
 
@@ -147,12 +147,9 @@ core::Status CudaFfnCompute::init(model::ModelWeights weights) {
         DeviceLayer& d = layers_[l];
         d.is_moe = w.is_moe;
         if (!w.hasExperts()) continue;
-        if (w.inter % 32 != 0) {
-            return core::unsupported("--device cuda needs the MLP width % 32 == 0; layer {} has {}", l, w.inter);
-        }
         d.present = true;
         d.num_experts = w.expert_end - w.expert_begin;
-        d.inter = w.inter;
+        d.inter = kernels::moePackedWidth(w.inter);  // any checkpoint width, padded with zeros to the GEMMs' unit
         {
             // The checkpoint's row-major matrices go up into staging buffers (freed at the end of the block) and
             // are packed on the device into the layout the grouped GEMMs stream.
@@ -160,11 +157,11 @@ core::Status CudaFfnCompute::init(model::ModelWeights weights) {
             DeviceBuffer staging2(w.w2.nbytes());
             AFD_CUDA_CHECK(cudaMemcpy(staging13.get(), w.w13.rawData(), w.w13.nbytes(), cudaMemcpyHostToDevice));
             AFD_CUDA_CHECK(cudaMemcpy(staging2.get(), w.w2.rawData(), w.w2.nbytes(), cudaMemcpyHostToDevice));
-            const kernels::MoePackedWeightBytes packed = kernels::moePackedWeightBytes(d.num_experts, H, d.inter);
+            const kernels::MoePackedWeightBytes packed = kernels::moePackedWeightBytes(d.num_experts, H, w.inter);
             d.w13 = DeviceBuffer(packed.w13);
             d.w2 = DeviceBuffer(packed.w2);
             kernels::moePackWeightsCuda(staging13.as<core::Bf16>(), staging2.as<core::Bf16>(), d.num_experts, H,
-                                        d.inter, d.w13.as<core::Bf16>(), d.w2.as<core::Bf16>(), nullptr);
+                                        w.inter, d.w13.as<core::Bf16>(), d.w2.as<core::Bf16>(), nullptr);
             AFD_CUDA_CHECK(cudaDeviceSynchronize());
             weight_bytes_ += packed.w13 + packed.w2;
         }
@@ -446,7 +443,7 @@ struct RankDeviceShape {
     bool routes = false;
     bool counts = false;  // p2p MoE layers: the per-expert routing counters
     int64_t max_experts = 1;
-    int64_t max_inter = 1;
+    int64_t max_inter = 1;  // the packed width (kernels::moePackedWidth)
 };
 
 RankDeviceShape rankDeviceShape(const model::ModelConfig& config, const model::WeightSelection& selection) {
@@ -466,7 +463,7 @@ RankDeviceShape rankDeviceShape(const model::ModelConfig& config, const model::W
             r.routes = true;
         }
         r.max_experts = std::max(r.max_experts, experts);
-        r.max_inter = std::max(r.max_inter, inter);
+        r.max_inter = std::max(r.max_inter, kernels::moePackedWidth(inter));
     }
     return r;
 }

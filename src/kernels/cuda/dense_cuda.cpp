@@ -70,6 +70,9 @@ void qkvRopeCuda(const QkvRopeParams& p, void* stream) {
     AFD_CHECK(p.num_blocks >= 0 && p.max_position > 0, "qkvRopeCuda: num_blocks {} < 0 or max_position {} < 1",
               p.num_blocks, p.max_position);
     AFD_CHECK(p.eps >= 0.0f, "qkvRopeCuda: eps {} < 0", p.eps);
+    const int64_t rd = p.rope_dim == 0 ? hd : p.rope_dim;
+    AFD_CHECK(rd >= 2 && rd <= hd && rd % 2 == 0, "qkvRopeCuda: rope_dim {} must be even and in [2, head_dim {}]",
+              p.rope_dim, hd);
     if (p.num_tokens == 0) {
         return;
     }
@@ -82,7 +85,8 @@ void qkvRopeCuda(const QkvRopeParams& p, void* stream) {
                   aligned16(p.v_cache),
               "qkvRopeCuda: qkv, qkv_bias, q_norm, k_norm, rope tables, q_out and the caches must be 16-byte "
               "aligned");
-    AFD_CUDA_CHECK(cuda::enqueueQkvRope(p, static_cast<cudaStream_t>(stream)));
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    AFD_CUDA_CHECK(rd == hd ? cuda::enqueueQkvRope(p, s) : cuda::enqueueQkvRopePadded(p, s));
 }
 
 void castCuda(const CastParams& p, void* stream) {

@@ -56,9 +56,10 @@ __global__ void syntheticFillKernel(uint16_t* out, int64_t count, uint64_t key, 
 
 // One thread per 16-byte chunk of a packed matrix (as moe_pack_weights.cu's packWeightsKernel, with the source
 // element drawn instead of loaded). gate_up: w13 (row r of unit u is gate (r / 8 odd: up) row u * 32 + (r / 16) * 8 +
-// r % 8, key j = 0 or 1); else w2 (row r of unit u is hidden row u * 64 + r of down_proj, key j = 2).
+// r % 8, key j = 0 or 1; rows from `rows` on are zero); else w2 (row r of unit u is hidden row u * 64 + r of
+// down_proj, key j = 2).
 __global__ void syntheticPackedKernel(const uint64_t* keys, uint16_t* dst, int64_t experts, int64_t units,
-                                      int64_t k_blocks, int64_t cols, bool gate_up, float half_width) {
+                                      int64_t k_blocks, int64_t cols, int64_t rows, bool gate_up, float half_width) {
     const int64_t chunks_per_block = kBlockRows * kBlockK / kChunk;
     const int64_t total = experts * units * k_blocks * chunks_per_block;
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -79,7 +80,7 @@ __global__ void syntheticPackedKernel(const uint64_t* keys, uint16_t* dst, int64
             src_row = unit * kBlockRows + row;
         }
         const int64_t col = kb * kBlockK + chunk_in_row * kChunk;
-        const int64_t left = cols - col;
+        const int64_t left = src_row < rows ? cols - col : 0;
         const int valid = left <= 0 ? 0 : (left < kChunk ? static_cast<int>(left) : kChunk);
         const uint64_t key = keys[expert * 3 + which];
         reinterpret_cast<uint4*>(dst)[i] = drawChunk(key, src_row * cols + col, valid, 0.0f, half_width);
@@ -87,12 +88,12 @@ __global__ void syntheticPackedKernel(const uint64_t* keys, uint16_t* dst, int64
 }
 
 cudaError_t launchPacked(const uint64_t* keys, uint16_t* dst, int64_t experts, int64_t units, int64_t cols,
-                         bool gate_up, float half_width, cudaStream_t stream) {
+                         int64_t rows, bool gate_up, float half_width, cudaStream_t stream) {
     const int64_t k_blocks = (cols + kBlockK - 1) / kBlockK;
     const int64_t chunks = experts * units * k_blocks * (kBlockRows * kBlockK / kChunk);
     if (chunks == 0) return cudaSuccess;
-    syntheticPackedKernel<<<gridFor(chunks), kThreads, 0, stream>>>(keys, dst, experts, units, k_blocks, cols, gate_up,
-                                                                    half_width);
+    syntheticPackedKernel<<<gridFor(chunks), kThreads, 0, stream>>>(keys, dst, experts, units, k_blocks, cols, rows,
+                                                                    gate_up, half_width);
     return cudaGetLastError();
 }
 
@@ -109,10 +110,11 @@ cudaError_t launchSyntheticFill(uint16_t* out, int64_t count, uint64_t key, floa
 cudaError_t launchSyntheticPackedMlp(const uint64_t* keys, int64_t experts, int64_t hidden, int64_t inter,
                                      float gate_up_half_width, float down_half_width, uint16_t* w13_packed,
                                      uint16_t* w2_packed, cudaStream_t stream) {
+    // w13 at the packed width (units of 32 gate and 32 up rows; the rows past `inter` zero), w2 over `inter` columns.
     const cudaError_t err =
-        launchPacked(keys, w13_packed, experts, inter / 32, hidden, true, gate_up_half_width, stream);
+        launchPacked(keys, w13_packed, experts, (inter + 31) / 32, hidden, inter, true, gate_up_half_width, stream);
     if (err != cudaSuccess) return err;
-    return launchPacked(keys, w2_packed, experts, hidden / kBlockRows, inter, false, down_half_width, stream);
+    return launchPacked(keys, w2_packed, experts, hidden / kBlockRows, inter, hidden, false, down_half_width, stream);
 }
 
 }  // namespace afd::kernels::cuda

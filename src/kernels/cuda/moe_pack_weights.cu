@@ -3,10 +3,11 @@
 // row, 4 KB apart in w13), and the blocks of one k-block follow each other unit after unit, so that the stage of a
 // grouped GEMM item (its consecutive units at one k-block: 4 blocks in tall128) is one run of contiguous memory.
 //
-//   w13 packed [E][ceil(H / 64) k-blocks][I / 32 units][64 rows][64]: row r of unit u is gate (r / 8 odd: up) row
-//       u * 32 + (r / 16) * 8 + r % 8 of the expert, the 8-row interleave the gate-up consumers' SwiGLU pairs.
+//   w13 packed [E][ceil(H / 64) k-blocks][ceil(I / 32) units][64 rows][64]: row r of unit u is gate (r / 8 odd: up)
+//       row u * 32 + (r / 16) * 8 + r % 8 of the expert, the 8-row interleave the gate-up consumers' SwiGLU pairs.
 //   w2 packed  [E][ceil(I / 64) k-blocks][H / 64 units][64 rows][64]: row r of unit u is hidden row u * 64 + r.
-// Columns past the reduction length are zero.
+// Columns past the reduction length are zero, and so are the gate/up rows past I (an I that is not a multiple of 32
+// packed at its packed width, moe_cuda.h's moePackedWidth).
 //
 // Why one run per stage: one SM reads DRAM by TMA at 66 GB/s in 32 KiB copies but at 35 GB/s in four 8 KiB pieces
 // 256 KiB apart, the previous (unit-major) layout's stage (`afd bench stream --pieces 1,4`, 66 of 132 SMs; with all
@@ -24,8 +25,12 @@ constexpr int kBlockK = 64;
 constexpr int kBlockRows = 64;
 constexpr int kChunk = 8;  // bf16 values per 16-byte copy
 
+// w13's 64-row units (32 gate and 32 up rows each) of an MLP of width `inter`.
+int64_t gateUpUnits(int64_t inter) { return (inter + 31) / 32; }
+
 // One thread per 16-byte chunk of the packed matrix: `gate_up` selects w13's row interleave. src rows have `cols`
-// values (the reduction length); the packed matrix has k_blocks x units blocks per expert.
+// values (the reduction length); the packed matrix has k_blocks x units blocks per expert; `inter` is the source's
+// width (w13's gate/up rows past it are zero).
 __global__ void packWeightsKernel(const uint16_t* src, uint16_t* dst, int64_t experts, int64_t units, int64_t k_blocks,
                                   int64_t cols, int64_t inter, bool gate_up) {
     const int64_t chunks_per_block = kBlockRows * kBlockK / kChunk;
@@ -39,16 +44,30 @@ __global__ void packWeightsKernel(const uint16_t* src, uint16_t* dst, int64_t ex
         const int64_t kb = (block / units) % k_blocks;
         const int64_t expert = block / (k_blocks * units);
         int64_t src_row;
+        bool row_valid = true;
         if (gate_up) {
             const int64_t up = (row / 8) % 2;
-            src_row = expert * 2 * inter + up * inter + unit * 32 + (row / 16) * 8 + row % 8;
+            const int64_t expert_row = unit * 32 + (row / 16) * 8 + row % 8;
+            row_valid = expert_row < inter;
+            src_row = expert * 2 * inter + up * inter + expert_row;
         } else {
             src_row = expert * units * kBlockRows + unit * kBlockRows + row;
         }
         const int64_t col = kb * kBlockK + chunk_in_row * kChunk;
         uint4 value = make_uint4(0, 0, 0, 0);
-        if (col < cols) {  // cols % 8 == 0: a chunk is wholly inside or wholly past the row
-            value = *reinterpret_cast<const uint4*>(src + src_row * cols + col);
+        if (row_valid && col < cols) {
+            const uint16_t* from = src + src_row * cols + col;
+            if (cols % kChunk == 0) {  // 16-byte aligned, and the chunk wholly inside the row
+                value = *reinterpret_cast<const uint4*>(from);
+            } else {  // a width not a multiple of 8 (down_proj's rows): value by value, zero past the row
+                uint16_t v[kChunk];
+#pragma unroll
+                for (int j = 0; j < kChunk; ++j) {
+                    v[j] = col + j < cols ? from[j] : uint16_t{0};
+                }
+                value = make_uint4(v[0] | (uint32_t{v[1]} << 16), v[2] | (uint32_t{v[3]} << 16),
+                                   v[4] | (uint32_t{v[5]} << 16), v[6] | (uint32_t{v[7]} << 16));
+            }
         }
         reinterpret_cast<uint4*>(dst)[i] = value;
     }
@@ -70,7 +89,8 @@ cudaError_t launchPack(const uint16_t* src, uint16_t* dst, int64_t experts, int6
 }  // namespace
 
 size_t packedGateUpElements(int64_t experts, int64_t hidden, int64_t inter) {
-    return static_cast<size_t>(experts * (inter / 32) * ((hidden + kBlockK - 1) / kBlockK) * kBlockRows * kBlockK);
+    return static_cast<size_t>(experts * gateUpUnits(inter) * ((hidden + kBlockK - 1) / kBlockK) * kBlockRows *
+                               kBlockK);
 }
 
 size_t packedDownElements(int64_t experts, int64_t hidden, int64_t inter) {
@@ -79,7 +99,8 @@ size_t packedDownElements(int64_t experts, int64_t hidden, int64_t inter) {
 }
 
 cudaError_t launchMoePackWeights(const MoePackWeightsParams& p, cudaStream_t stream) {
-    const cudaError_t err = launchPack(p.w13, p.w13_packed, p.experts, p.inter / 32, p.hidden, p.inter, true, stream);
+    const cudaError_t err =
+        launchPack(p.w13, p.w13_packed, p.experts, gateUpUnits(p.inter), p.hidden, p.inter, true, stream);
     if (err != cudaSuccess) {
         return err;
     }

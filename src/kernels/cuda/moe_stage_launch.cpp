@@ -115,14 +115,15 @@ cudaError_t launchGroupedGemm(MoeTileConfig tile, const GroupedGemmParams& param
 }  // namespace cuda
 
 MoePackedWeightBytes moePackedWeightBytes(int64_t num_experts, int64_t hidden, int64_t inter) {
-    return {cuda::packedGateUpElements(num_experts, hidden, inter) * 2,
-            cuda::packedDownElements(num_experts, hidden, inter) * 2};
+    const int64_t packed = moePackedWidth(inter);
+    return {cuda::packedGateUpElements(num_experts, hidden, packed) * 2,
+            cuda::packedDownElements(num_experts, hidden, packed) * 2};
 }
 
 void moePackWeightsCuda(const core::Bf16* w13, const core::Bf16* w2, int64_t num_experts, int64_t hidden, int64_t inter,
                         core::Bf16* w13_packed, core::Bf16* w2_packed, void* stream) {
-    AFD_CHECK(hidden % 64 == 0 && inter % 32 == 0 && num_experts >= 0,
-              "moePackWeightsCuda needs hidden % 64 == 0 and inter % 32 == 0, got hidden {} inter {}", hidden, inter);
+    AFD_CHECK(hidden % 64 == 0 && inter >= 1 && num_experts >= 0,
+              "moePackWeightsCuda needs hidden % 64 == 0 and inter >= 1, got hidden {} inter {}", hidden, inter);
     cuda::MoePackWeightsParams p;
     p.w13 = reinterpret_cast<const uint16_t*>(w13);
     p.w2 = reinterpret_cast<const uint16_t*>(w2);

@@ -80,16 +80,18 @@ struct MoeCombineParams {
 cudaError_t launchMoeCombine(const MoeCombineParams& params, cudaStream_t stream);
 
 // The expert weights in the grouped GEMMs' packed layout (moe_pack_weights.cu; moe_cuda.h, moePackWeightsCuda):
-// row-major w13 [E, 2I, H] and w2 [E, H, I] in, packedGateUpElements / packedDownElements bf16 values out.
+// row-major w13 [E, 2I, H] and w2 [E, H, I] in, packedGateUpElements / packedDownElements bf16 values out at the
+// packed width moePackedWidth(I) (the rows and columns past I zero).
 struct MoePackWeightsParams {
     const uint16_t* w13 = nullptr;  // [E, 2I, H] bf16
     const uint16_t* w2 = nullptr;   // [E, H, I] bf16
     int64_t experts = 0;
     int64_t hidden = 0;  // % 64 == 0
-    int64_t inter = 0;   // % 32 == 0
+    int64_t inter = 0;   // I >= 1: the row-major weights' width
     uint16_t* w13_packed = nullptr;
     uint16_t* w2_packed = nullptr;
 };
+// Elements of the packed matrices of an MLP of width `inter` (rounded up to the packed width).
 size_t packedGateUpElements(int64_t experts, int64_t hidden, int64_t inter);
 size_t packedDownElements(int64_t experts, int64_t hidden, int64_t inter);
 cudaError_t launchMoePackWeights(const MoePackWeightsParams& params, cudaStream_t stream);
