@@ -29,7 +29,8 @@
 #                  build against AFD_AB_OLD (an afd built from an earlier revision), in turn, two rounds;
 #                  "tokenizer": tokenizer_bench beside HF tokenizers (bench/peers/hf_tokenize.py; needs the tokenizer
 #                  in third_party/tokenizer and AFD_EXTRA_TARGETS=tokenizer_bench); "serve": `afd serve` under
-#                  `afd bench serve` (scripts/serve_gpu.sh)
+#                  `afd bench serve` (scripts/serve_gpu.sh); "gemm": `afd bench gemm` (every cuBLASLt algorithm of
+#                  the attention side's GEMMs at decode row counts)
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
 #   AFD_WARMUP_MS  device time of warm-up before each timed series, ours and the peers' (default: the benchmarks' own,
 #                  300 ms, the steady state under the power cap; 0: burst clocks)
@@ -334,6 +335,12 @@ if has_phase generate; then
         --csv "$out/generate_torch.csv" --ours "$out/generate_ours.csv") >>"$out/generate.log" 2>&1
     echo "torch_qwen3_moe exit $?"
     tail -40 "$out/generate.log"
+fi
+if has_phase gemm; then
+    stamp "afd bench gemm (the attention side's cuBLASLt GEMMs at decode row counts)"
+    timeout 300 "$bin/afd" bench gemm --csv "$out/gemm.csv" >"$out/gemm.log" 2>&1
+    echo "bench gemm exit $?"
+    grep -E " (engine|best_invariant|best_any) " "$out/gemm.log" | awk '$4 <= 8' | cut -c1-90
 fi
 if has_phase serve; then
     stamp "afd serve under afd bench serve (scripts/serve_gpu.sh; AFD_SERVE_AFD=1 adds AFD m2n 1A2F under MPS)"

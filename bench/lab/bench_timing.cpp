@@ -27,8 +27,15 @@ std::string benchDeviceName() { return deviceInfo(0).name; }
 
 Graph::Graph(cudaStream_t stream, const std::function<void()>& body) {
     AFD_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-    body();
     cudaGraph_t graph = nullptr;
+    try {
+        body();
+    } catch (...) {
+        // The stream leaves capture mode whatever body left it in, so the caller can go on using it.
+        if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph != nullptr) (void)cudaGraphDestroy(graph);
+        (void)cudaGetLastError();
+        throw;
+    }
     AFD_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
     const cudaError_t err = cudaGraphInstantiate(&exec_, graph, 0);
     (void)cudaGraphDestroy(graph);

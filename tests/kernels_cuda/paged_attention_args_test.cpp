@@ -137,8 +137,29 @@ TEST(PagedAttentionArgsTest, NoChunksIsANoOp) {
     EXPECT_NO_THROW(pagedAttentionCuda(p, nullptr));
 }
 
-// Every split plan covers the context in whole granules of at most the maximum; the workspace of any call fits the
-// bound for its (num_seqs, max_seq_len), whatever its head counts, and the bound grows with both.
+// The split size depends on a chunk's length alone (batch invariance): whole granules within [min, max], at most
+// kDecodeSplitsPerChunk splits up to the length where the size reaches the maximum, covering the context exactly.
+TEST(PagedAttentionArgsTest, SplitSizeDependsOnTheLengthAlone) {
+    for (int len = 1; len <= 200000; len += len < 4096 ? 1 : 97) {
+        SCOPED_TRACE("len " + std::to_string(len));
+        const int tokens = cuda::decodeSplitTokens(len);
+        const int splits = cuda::decodeSplits(len);
+        ASSERT_EQ(tokens % cuda::kDecodeSplitGranule, 0);
+        ASSERT_GE(tokens, cuda::kDecodeMinSplitTokens);
+        ASSERT_LE(tokens, cuda::kDecodeMaxSplitTokens);
+        ASSERT_GE(int64_t{splits} * tokens, len);
+        ASSERT_LT(int64_t{splits - 1} * tokens, len);
+        if (len <= cuda::kDecodeSplitsPerChunk * cuda::kDecodeMaxSplitTokens) {
+            ASSERT_LE(splits, cuda::kDecodeSplitsPerChunk);
+        }
+    }
+    EXPECT_EQ(cuda::decodeSplits(cuda::kDecodeMinSplitTokens), 1);
+    EXPECT_EQ(cuda::decodeSplits(cuda::kDecodeMinSplitTokens + 1), 2);
+}
+
+// The grid takes every split at small batches and one CTA per (chunk, head block) once the batch fills the target;
+// the workspace of any call fits the bound for its (num_seqs, max_seq_len), whatever its head counts, and the bound
+// grows with both.
 TEST(PagedAttentionArgsTest, SplitPlanAndWorkspaceBound) {
     for (int num_seqs : {1, 2, 3, 5, 8, 33, 64, 100, 256, 1000}) {
         size_t previous = 0;
@@ -149,16 +170,16 @@ TEST(PagedAttentionArgsTest, SplitPlanAndWorkspaceBound) {
             EXPECT_GE(bound, pagedAttentionWorkspaceBytes(num_seqs > 1 ? num_seqs - 1 : 1, 1, 32, 128, max_seq_len));
             EXPECT_EQ(bound, pagedAttentionWorkspaceBytes(num_seqs, 7, 32, 128, max_seq_len));
             for (int units_per_seq : {1, 2, 4, 8, 16, 64}) {
-                const cuda::DecodeSplitPlan plan =
-                    cuda::decodeSplitPlan(int64_t{num_seqs} * units_per_seq, max_seq_len);
+                const int64_t units = int64_t{num_seqs} * units_per_seq;
+                const cuda::DecodeSplitPlan plan = cuda::decodeSplitPlan(units, max_seq_len);
                 SCOPED_TRACE("S " + std::to_string(num_seqs) + " len " + std::to_string(max_seq_len) + " units " +
                              std::to_string(units_per_seq));
-                EXPECT_GE(plan.splits, 1);
-                EXPECT_GE(plan.want, 1);
-                EXPECT_EQ(plan.split_tokens % cuda::kDecodeSplitGranule, 0);
-                EXPECT_LE(plan.split_tokens, cuda::kDecodeMaxSplitTokens);
-                EXPECT_GE(int64_t{plan.splits} * plan.split_tokens, max_seq_len);
-                EXPECT_LT(int64_t{plan.splits - 1} * plan.split_tokens, std::max(max_seq_len, 1));
+                EXPECT_EQ(plan.splits, cuda::decodeSplits(std::max(max_seq_len, 1)));
+                EXPECT_GE(plan.grid, 1);
+                EXPECT_LE(plan.grid, plan.splits);
+                if (units >= cuda::kDecodeTargetCtas) {
+                    EXPECT_EQ(plan.grid, 1);
+                }
                 EXPECT_LE(cuda::decodePartialBytes(num_seqs, plan.splits, 32, 128), bound);
             }
         }

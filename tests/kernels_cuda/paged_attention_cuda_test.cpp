@@ -1,7 +1,8 @@
 // Harness of the CUDA paged attention against the fp32 CPU reference (kernels::pagedAttentionCpu on the bf16 inputs):
 // the decode kernel (batches 1 to 64 of mixed lengths up to 4096, a 32k context over many splits, GQA groups of 1 to
 // 32 query heads, every head_dim and block size), both prefill kernels (one-shot, chunked, ragged, mixed with 1-row
-// and zero-length chunks, empty chunks), chunked prefill against one-shot, and CUDA graph replays with new lengths.
+// and zero-length chunks, empty chunks), chunked prefill against one-shot, decode rows bit for bit the same alone and
+// in any batch, and CUDA graph replays with new lengths.
 // Fresh random inputs behind shuffled block tables; outputs and workspace poisoned (NaN) before every run; relative L2
 // error under 1e-2 over the output and under 2e-2 for every chunk (exact zeros where the reference is zero). The
 // host-side argument checks are in paged_attention_args_test.cpp.
@@ -180,7 +181,8 @@ TEST(PagedAttentionCudaTest, PrefillMatchesCpuReference) {
 }
 
 // Only 1-row chunks through the prefill kernel (a mixed step's decode rows), and a loose q-length bound.
-TEST(PagedAttentionCudaTest, PrefillOfDecodeRows) {
+// Decode rows in a call with prefill chunks (a mixed step): the decode kernel serves them, the prefill kernel the rest.
+TEST(PagedAttentionCudaTest, DecodeRowsOfAMixedCall) {
     AFD_REQUIRE_HOPPER();
     std::mt19937 rng(2906);
     for (const AttentionShape& shape : {AttentionShape{32, 4, 128, 16}, AttentionShape{8, 8, 64, 64}}) {
@@ -189,6 +191,63 @@ TEST(PagedAttentionCudaTest, PrefillOfDecodeRows) {
             checkAgainstCpu(test::makePagedProblem(shape, decodeBatch(9, 3000, rng), rng), kernel, 512);
         }
     }
+}
+
+// The chunks `keep` of `problem` as a call of their own (the same caches and block table rows).
+PagedProblem subProblem(const PagedProblem& problem, const std::vector<int>& keep) {
+    PagedProblem sub = problem;
+    sub.chunks.clear();
+    sub.q_start = {0};
+    sub.seq_len.clear();
+    sub.block_tables.clear();
+    sub.q.clear();
+    const size_t row = static_cast<size_t>(problem.shape.num_heads) * problem.shape.head_dim;
+    const auto width = static_cast<size_t>(problem.max_blocks_per_seq);
+    for (const int i : keep) {
+        const auto c = static_cast<size_t>(i);
+        sub.chunks.push_back(problem.chunks[c]);
+        sub.q_start.push_back(sub.q_start.back() + problem.chunks[c].rows);
+        sub.seq_len.push_back(problem.seq_len[c]);
+        sub.block_tables.insert(sub.block_tables.end(), problem.block_tables.begin() + static_cast<int64_t>(c * width),
+                                problem.block_tables.begin() + static_cast<int64_t>((c + 1) * width));
+        sub.q.insert(sub.q.end(), problem.q.begin() + static_cast<int64_t>(problem.q_start[c] * row),
+                     problem.q.begin() + static_cast<int64_t>(problem.q_start[c + 1] * row));
+    }
+    return sub;
+}
+
+// Batch invariance: a decode row's output is the same bits alone, beside other decode rows (with the tight bound and
+// with a graph's loose one) and beside prefill chunks; lengths around the split sizes.
+TEST(PagedAttentionCudaTest, DecodeRowsAreBatchInvariant) {
+    AFD_REQUIRE_HOPPER();
+    std::mt19937 rng(2910);
+    const AttentionShape shape{32, 4, 128, 16};
+    const std::vector<ChunkSpec> chunks = {{1, 1},    {100, 300}, {1, 255},  {1, 256},   {1, 257}, {37, 37},
+                                           {1, 1000}, {1, 3000},  {1, 8193}, {1, 33000}, {2, 500}, {1, 64}};
+    const PagedProblem mixed = test::makePagedProblem(shape, chunks, rng, 65536 / shape.block_size);
+    std::vector<int> decode_rows;
+    for (int i = 0; i < mixed.numSeqs(); ++i) {
+        if (chunks[static_cast<size_t>(i)].rows == 1) decode_rows.push_back(i);
+    }
+    const size_t row = static_cast<size_t>(shape.num_heads) * shape.head_dim;
+    const auto rowOf = [&](const std::vector<float>& out, const PagedProblem& p, int chunk) {
+        const auto first = out.begin() + static_cast<int64_t>(p.q_start[static_cast<size_t>(chunk)] * row);
+        return std::vector<float>(first, first + static_cast<int64_t>(row));
+    };
+    const std::vector<float> in_mixed = test::runPagedAttention(mixed, PagedPrefillKernel::kAuto);
+    const PagedProblem decodes = subProblem(mixed, decode_rows);
+    const std::vector<float> tight = test::runPagedAttention(decodes, PagedPrefillKernel::kAuto);
+    const std::vector<float> loose = test::runPagedAttention(decodes, PagedPrefillKernel::kAuto, 1, 65536);
+    for (size_t d = 0; d < decode_rows.size(); ++d) {
+        const int chunk = decode_rows[d];
+        SCOPED_TRACE("len " + std::to_string(chunks[static_cast<size_t>(chunk)].len));
+        const PagedProblem alone = subProblem(mixed, {chunk});
+        const std::vector<float> want = test::runPagedAttention(alone, PagedPrefillKernel::kAuto);
+        EXPECT_TRUE(rowOf(tight, decodes, static_cast<int>(d)) == want);
+        EXPECT_TRUE(rowOf(loose, decodes, static_cast<int>(d)) == want);
+        EXPECT_TRUE(rowOf(in_mixed, mixed, chunk) == want);
+    }
+    expectMatches(mixed, in_mixed, test::referencePagedAttention(mixed));
 }
 
 // A long sequence prefilled in pieces (each call: the next rows against the cache written so far) gives what one call

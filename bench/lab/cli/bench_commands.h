@@ -12,6 +12,7 @@ void addBenchMoeCommand(CLI::App& bench, int& exit_code);
 void addBenchRouterCommand(CLI::App& bench, int& exit_code);
 void addBenchStreamCommand(CLI::App& bench, int& exit_code);
 void addBenchGenerateCommand(CLI::App& bench, int& exit_code);
+void addBenchGemmCommand(CLI::App& bench, int& exit_code);
 void addBenchServeCommand(CLI::App& bench, int& exit_code);  // a load client for OpenAI-compatible servers
 
 }  // namespace afd::cli

@@ -14,6 +14,7 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
     addBenchRouterCommand(*bench, exit_code);
     addBenchStreamCommand(*bench, exit_code);
     addBenchGenerateCommand(*bench, exit_code);
+    addBenchGemmCommand(*bench, exit_code);
     addBenchServeCommand(*bench, exit_code);
 }
 

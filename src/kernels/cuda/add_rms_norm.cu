@@ -1,5 +1,7 @@
 // Fused residual add + RMSNorm: one CTA per row, each thread 8 consecutive values (16-byte loads and stores) in up to
-// kPer chunks held in registers between the sum of squares and the scaling, so the row is read once.
+// kPer chunks held in registers between the sum of squares and the scaling, so the row is read once. Launched with
+// programmatic dependent launch: the grid may start while the previous kernel finishes, waits for it before reading,
+// and lets the next one (the router) start at once.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -8,6 +10,8 @@
 #include "core/bf16.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/dense_stages.h"
+#include "kernels/cuda/kernel_launch.h"
+#include "kernels/cuda/sm90_ptx.cuh"
 
 namespace afd::kernels::cuda {
 namespace {
@@ -43,6 +47,8 @@ __device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
 template <int kPer, Delta kDelta>
 __global__ void __launch_bounds__(1024) addRmsNormKernel(NormArgs a) {
     __shared__ float scratch[32];
+    sm90::gridDependencyWait();  // residual and delta are the previous kernels' outputs
+    sm90::launchDependents();
     int64_t row = blockIdx.x;
     bool valid = true;
     if (a.rows != nullptr) {
@@ -119,18 +125,17 @@ __global__ void __launch_bounds__(1024) addRmsNormKernel(NormArgs a) {
 
 template <int kPer>
 cudaError_t launchPer(const NormArgs& a, Delta delta, unsigned rows, unsigned threads, cudaStream_t stream) {
+    cudaLaunchAttribute attr[1];
+    const cudaLaunchConfig_t config = pdlLaunchConfig(rows, threads, stream, true, attr);
     switch (delta) {
         case Delta::kNone:
-            addRmsNormKernel<kPer, Delta::kNone><<<rows, threads, 0, stream>>>(a);
-            break;
+            return cudaLaunchKernelEx(&config, addRmsNormKernel<kPer, Delta::kNone>, a);
         case Delta::kBf16:
-            addRmsNormKernel<kPer, Delta::kBf16><<<rows, threads, 0, stream>>>(a);
-            break;
+            return cudaLaunchKernelEx(&config, addRmsNormKernel<kPer, Delta::kBf16>, a);
         case Delta::kF32:
-            addRmsNormKernel<kPer, Delta::kF32><<<rows, threads, 0, stream>>>(a);
-            break;
+            return cudaLaunchKernelEx(&config, addRmsNormKernel<kPer, Delta::kF32>, a);
     }
-    return cudaGetLastError();
+    return cudaErrorInvalidValue;
 }
 
 }  // namespace

@@ -27,11 +27,9 @@ bool isPowerOfTwoIn(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
-// Splits of all calls with these bounds times their chunks never exceed this (see decodeSplitPlan): a workspace of
-// this many partial rows serves any num_kv_heads and group size, and grows with both bounds.
+// Partial rows of a call with these bounds: every chunk's splits at the bound.
 int64_t partialRowsBound(int num_seqs, int max_seq_len) {
-    const int64_t len = std::max(max_seq_len, 1);
-    return std::max<int64_t>(kDecodeTargetCtas, num_seqs * ceilDiv(len, kDecodeMaxSplitTokens));
+    return static_cast<int64_t>(num_seqs) * decodeSplits(std::max(max_seq_len, 1));
 }
 
 int smCount() {
@@ -84,15 +82,10 @@ void checkParams(const PagedAttentionCudaParams& p) {
 }  // namespace
 
 DecodeSplitPlan decodeSplitPlan(int64_t units, int max_seq_len) {
-    const int64_t len = std::max(max_seq_len, 1);
-    const int64_t want = std::max<int64_t>(1, kDecodeTargetCtas / std::max<int64_t>(units, 1));
-    int64_t splits = std::min(want, ceilDiv(len, kDecodeSplitGranule));
-    splits = std::max(splits, ceilDiv(len, kDecodeMaxSplitTokens));
-    const int64_t split_tokens = ceilDiv(ceilDiv(len, splits), kDecodeSplitGranule) * kDecodeSplitGranule;
     DecodeSplitPlan plan;
-    plan.want = static_cast<int>(std::min<int64_t>(want, kDecodeTargetCtas));
-    plan.split_tokens = static_cast<int>(split_tokens);
-    plan.splits = static_cast<int>(ceilDiv(len, split_tokens));
+    plan.splits = decodeSplits(std::max(max_seq_len, 1));
+    const int64_t want = std::max<int64_t>(1, kDecodeTargetCtas / std::max<int64_t>(units, 1));
+    plan.grid = static_cast<int>(std::min<int64_t>(want, plan.splits));
     return plan;
 }
 
@@ -111,7 +104,13 @@ void pagedAttentionCudaWith(const PagedAttentionCudaParams& p, PagedPrefillKerne
     }
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
     const int group = p.num_heads / p.num_kv_heads;
-    if (p.max_q_len == 1) {
+    if (p.max_q_len > 1) {
+        AFD_CHECK(p.num_seqs <= kPrefillMaxSeqs, "pagedAttentionCuda: num_seqs {} above the prefill kernel's {}",
+                  p.num_seqs, kPrefillMaxSeqs);
+    }
+    // The chunks of one query row (every chunk of a decode-only call, the decode rows of a mixed one) go through the
+    // decode kernel, so a row's numbers do not depend on what else the step holds; the prefill kernel skips them.
+    {
         const int64_t head_blocks = ceilDiv(group, kDecodeHeadsPerCta);
         AFD_CHECK(p.num_seqs <= kMaxGridYz, "pagedAttentionCuda: num_seqs {} above the decode kernel's {}", p.num_seqs,
                   kMaxGridYz);
@@ -128,10 +127,10 @@ void pagedAttentionCudaWith(const PagedAttentionCudaParams& p, PagedPrefillKerne
             AFD_CHECK(aligned16(p.workspace), "pagedAttentionCuda: workspace must be 16-byte aligned");
         }
         AFD_CUDA_CHECK(launchPagedDecode(p, plan, s));
-        return;
+        if (p.max_q_len == 1) {
+            return;
+        }
     }
-    AFD_CHECK(p.num_seqs <= kPrefillMaxSeqs, "pagedAttentionCuda: num_seqs {} above the prefill kernel's {}",
-              p.num_seqs, kPrefillMaxSeqs);
     const int64_t rows = static_cast<int64_t>(p.num_seqs) * p.max_q_len * group;
     AFD_CHECK((rows / 64 + p.num_seqs) * p.num_kv_heads < (int64_t{1} << 31),
               "pagedAttentionCuda: num_seqs {} x max_q_len {} x num_heads {} is too many query rows", p.num_seqs,
@@ -143,7 +142,8 @@ void pagedAttentionCudaWith(const PagedAttentionCudaParams& p, PagedPrefillKerne
         AFD_CHECK(wgmma, "pagedAttentionCuda: the wgmma prefill kernel has no head_dim {}", p.head_dim);
     }
     const int sm_count = smCount();
-    AFD_CUDA_CHECK(wgmma ? launchPagedPrefillWgmma(p, sm_count, s) : launchPagedPrefillMma(p, sm_count, s));
+    AFD_CUDA_CHECK(wgmma ? launchPagedPrefillWgmma(p, sm_count, /*skip_single_rows=*/true, s)
+                         : launchPagedPrefillMma(p, sm_count, /*skip_single_rows=*/true, s));
 }
 
 }  // namespace cuda

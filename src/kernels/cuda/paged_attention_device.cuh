@@ -30,10 +30,10 @@ struct PagedAttnArgs {
     int group;  // num_heads / num_kv_heads
     int block_size_log2;
     int max_blocks_per_seq;
-    float scale_log2;  // scale * log2(e): scores live in the log2 domain
-    int splits;        // decode: splits in the grid
-    int split_want;    // decode: splits a chunk is cut into at least (DecodeSplitPlan::want)
-    int head_blocks;   // decode: CTAs per KV head (16 query heads each)
+    float scale_log2;      // scale * log2(e): scores live in the log2 domain
+    int splits;            // decode: partial slots per chunk (DecodeSplitPlan::splits)
+    int head_blocks;       // decode: CTAs per KV head (16 query heads each)
+    int skip_single_rows;  // prefill: chunks of one query row get no tiles (the decode kernel serves them)
 };
 
 // The argument block of a checked call (block_size a power of two).
@@ -262,10 +262,11 @@ __device__ __forceinline__ float quadSum(float v) {
 // A prefill kernel's query rows are the (token, head) pairs of a chunk and one KV head, flattened token-major
 // (row f = token * group + head-in-group), in tiles of kRows: chunk j has ceil(n_j * group / kRows) tiles. Every CTA
 // builds prefix[i] = tiles of the chunks before i (i in [0, S]) in shared memory, with all kThreads threads;
-// kPerThread * kThreads >= S. warp_sums: kThreads / 32 ints of scratch.
+// kPerThread * kThreads >= S. With skip_single_rows a chunk of one query row has no tiles. warp_sums: kThreads / 32
+// ints of scratch.
 template <int kThreads, int kPerThread>
-__device__ void buildTilePrefix(const int32_t* q_start, int num_seqs, int group, int rows_per_tile, int* prefix,
-                                int* warp_sums) {
+__device__ void buildTilePrefix(const int32_t* q_start, int num_seqs, int group, int rows_per_tile,
+                                bool skip_single_rows, int* prefix, int* warp_sums) {
     const int tid = threadIdx.x;
     const int first = tid * kPerThread;
     int starts[kPerThread + 1];
@@ -277,7 +278,8 @@ __device__ void buildTilePrefix(const int32_t* q_start, int num_seqs, int group,
     int sum = 0;
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
-        const int64_t rows = static_cast<int64_t>(max(starts[k + 1] - starts[k], 0)) * group;
+        const int n = max(starts[k + 1] - starts[k], 0);
+        const int64_t rows = skip_single_rows && n == 1 ? 0 : static_cast<int64_t>(n) * group;
         tiles[k] = first + k < num_seqs ? static_cast<int>((rows + rows_per_tile - 1) / rows_per_tile) : 0;
         sum += tiles[k];
     }

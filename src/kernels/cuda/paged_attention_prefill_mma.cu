@@ -55,7 +55,8 @@ __global__ void __launch_bounds__(kThreads) pagedPrefillMmaKernel(const PagedAtt
     const int g = lane >> 2;
     const int t = lane & 3;
 
-    buildTilePrefix<kThreads, kPrefixPerThread>(a.q_start, a.num_seqs, a.group, kRows, prefix, warp_sums);
+    buildTilePrefix<kThreads, kPrefixPerThread>(a.q_start, a.num_seqs, a.group, kRows, a.skip_single_rows != 0, prefix,
+                                                warp_sums);
     const int items = prefix[a.num_seqs] * a.num_kv_heads;
 
     const uint32_t q_lane = q_smem + (warp * 16 + (lane & 15)) * Sh::kRowBytes + (lane >> 4) * 16;
@@ -231,8 +232,10 @@ cudaError_t launchFor(const PagedAttnArgs& a, int sm_count, int64_t item_bound, 
 
 }  // namespace
 
-cudaError_t launchPagedPrefillMma(const PagedAttentionCudaParams& p, int sm_count, cudaStream_t stream) {
-    const PagedAttnArgs a = makePagedAttnArgs(p);
+cudaError_t launchPagedPrefillMma(const PagedAttentionCudaParams& p, int sm_count, bool skip_single_rows,
+                                  cudaStream_t stream) {
+    PagedAttnArgs a = makePagedAttnArgs(p);
+    a.skip_single_rows = skip_single_rows ? 1 : 0;
     // Tiles of every chunk: at most one partial tile per chunk beyond the whole ones.
     const int64_t rows = static_cast<int64_t>(p.num_seqs) * p.max_q_len * a.group;
     const int64_t item_bound = (rows / kRows + p.num_seqs) * p.num_kv_heads;

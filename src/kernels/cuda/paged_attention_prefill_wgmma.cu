@@ -136,7 +136,8 @@ __global__ void __launch_bounds__(kThreads, 1) pagedPrefillWgmmaKernel(const Pag
     const int local_row = wg * 64 + ((tid >> 5) & 3) * 16 + g;  // this thread's rows: local_row, local_row + 8
     const uint32_t q_rows = q_smem + wg * 64 * 128;             // this warpgroup's A operand
 
-    buildTilePrefix<kThreads, kPrefixPerThread>(a.q_start, a.num_seqs, a.group, kRows, prefix, warp_sums);
+    buildTilePrefix<kThreads, kPrefixPerThread>(a.q_start, a.num_seqs, a.group, kRows, a.skip_single_rows != 0, prefix,
+                                                warp_sums);
     const int items = prefix[a.num_seqs] * a.num_kv_heads;
 
     const int copy_chunk = tid % Sh::kChunks;  // the same chunk of every row this thread copies
@@ -323,8 +324,10 @@ cudaError_t launchFor(const PagedAttnArgs& a, int sm_count, int64_t item_bound, 
 
 bool pagedPrefillWgmmaSupports(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
-cudaError_t launchPagedPrefillWgmma(const PagedAttentionCudaParams& p, int sm_count, cudaStream_t stream) {
-    const PagedAttnArgs a = makePagedAttnArgs(p);
+cudaError_t launchPagedPrefillWgmma(const PagedAttentionCudaParams& p, int sm_count, bool skip_single_rows,
+                                    cudaStream_t stream) {
+    PagedAttnArgs a = makePagedAttnArgs(p);
+    a.skip_single_rows = skip_single_rows ? 1 : 0;
     const int64_t rows = static_cast<int64_t>(p.num_seqs) * p.max_q_len * a.group;
     const int64_t item_bound = (rows / kRows + p.num_seqs) * p.num_kv_heads;
     switch (p.head_dim) {

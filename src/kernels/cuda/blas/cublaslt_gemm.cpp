@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <utility>
@@ -178,6 +179,7 @@ struct CublasLtGemm::Impl {
     cublasLtHandle_t handle = nullptr;
     DeviceBuffer workspace;
     std::map<GemmShape, Plan> plans;
+    std::map<GemmShape, std::unique_ptr<Descriptors>> candidate_descs;  // the shapes candidates() was asked about
 
     const Plan& choose(const GemmShape& shape);
     // The heuristic's best batch-invariant algorithm for a shape's descriptors, first among those that need no
@@ -325,6 +327,89 @@ void CublasLtGemm::matmul(const GemmParams& p, cudaStream_t stream) {
     AFD_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, plan->desc->op.get, &alpha, p.w, plan->desc->a.get, p.x,
                                     plan->desc->b.get, &beta, p.y, plan->desc->d.get, p.y, plan->desc->d.get,
                                     &plan->algo, impl_->workspace.get(), impl_->workspace.bytes(), stream));
+}
+
+std::vector<GemmCandidate> CublasLtGemm::candidates(const GemmShape& shape, std::span<const int> forced_splits) {
+    checkGemmShape(shape);
+    AFD_CHECK(shape.m > 0, "cuBLASLt GEMM {}: candidates of an empty GEMM", shape.toString());
+    auto& desc = impl_->candidate_descs[shape];
+    if (desc == nullptr) desc = std::make_unique<Descriptors>(shape);
+    std::vector<GemmCandidate> out;
+    const auto known = [&out](const cublasLtMatmulAlgo_t& algo) {
+        return std::any_of(out.begin(), out.end(), [&](const GemmCandidate& c) {
+            return std::equal(c.algo.begin(), c.algo.end(), std::begin(algo.data));
+        });
+    };
+    const auto add = [&](const cublasLtMatmulHeuristicResult_t& result, bool forced) {
+        GemmCandidate c;
+        c.info = describeAlgo(result);
+        c.batch_invariant = batchInvariant(c.info);
+        c.forced_split = forced;
+        std::copy(std::begin(result.algo.data), std::end(result.algo.data), c.algo.begin());
+        out.push_back(c);
+    };
+    for (const uint64_t max_workspace : {uint64_t{0}, static_cast<uint64_t>(impl_->options.workspace_bytes)}) {
+        Preference preference(max_workspace);
+        std::array<cublasLtMatmulHeuristicResult_t, kHeuristicResults> results{};
+        int returned = 0;
+        const cublasStatus_t status =
+            cublasLtMatmulAlgoGetHeuristic(impl_->handle, desc->op.get, desc->a.get, desc->b.get, desc->d.get,
+                                           desc->d.get, preference.get, kHeuristicResults, results.data(), &returned);
+        if (status == CUBLAS_STATUS_NOT_SUPPORTED) continue;
+        AFD_CUBLAS_CHECK(status);
+        for (int i = 0; i < returned; ++i) {
+            const auto& result = results[static_cast<size_t>(i)];
+            if (result.state == CUBLAS_STATUS_SUCCESS && !known(result.algo)) add(result, false);
+        }
+    }
+    const size_t heuristic = out.size();
+    for (size_t i = 0; i < heuristic; ++i) {
+        if (!out[i].batch_invariant) continue;
+        for (const int splits : forced_splits) {
+            if (splits <= 1) continue;
+            cublasLtMatmulAlgo_t algo{};
+            std::copy(out[i].algo.begin(), out[i].algo.end(), std::begin(algo.data));
+            const int32_t split = splits;
+            const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+            if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split)) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                                     sizeof(scheme)) != CUBLAS_STATUS_SUCCESS) {
+                continue;
+            }
+            cublasLtMatmulHeuristicResult_t check{};
+            if (cublasLtMatmulAlgoCheck(impl_->handle, desc->op.get, desc->a.get, desc->b.get, desc->d.get, desc->d.get,
+                                        &algo, &check) != CUBLAS_STATUS_SUCCESS ||
+                check.workspaceSize > impl_->options.workspace_bytes || known(algo)) {
+                continue;
+            }
+            check.algo = algo;
+            add(check, true);
+        }
+    }
+    return out;
+}
+
+void CublasLtGemm::matmulWith(const GemmParams& p, const GemmCandidate& candidate, cudaStream_t stream) {
+    checkGemmParams(p);
+    if (p.m == 0) return;
+    const GemmShape shape = p.shape();
+    const auto it = impl_->candidate_descs.find(shape);
+    AFD_CHECK(it != impl_->candidate_descs.end(), "cuBLASLt GEMM {}: candidates() was not asked about this shape",
+              shape.toString());
+    const Descriptors& desc = *it->second;
+    if (p.bias != nullptr) {
+        const void* bias = p.bias;
+        AFD_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(desc.op.get, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    cublasLtMatmulAlgo_t algo{};
+    std::copy(candidate.algo.begin(), candidate.algo.end(), std::begin(algo.data));
+    const float alpha = 1.0f;
+    const float beta = 0.0f;
+    AFD_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, desc.op.get, &alpha, p.w, desc.a.get, p.x, desc.b.get, &beta, p.y,
+                                    desc.d.get, p.y, desc.d.get, &algo, impl_->workspace.get(),
+                                    impl_->workspace.bytes(), stream));
 }
 
 bool CublasLtGemm::isPrepared(const GemmShape& shape) const { return impl_->plans.contains(shape); }

@@ -21,12 +21,14 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/bf16.h"
 
@@ -104,6 +106,15 @@ struct GemmAlgoInfo {
     std::string toString() const;
 };
 
+// One algorithm cuBLASLt offers for a shape (its heuristic's results, or one of them with split-K forced), for the
+// lab's comparison of algorithms (`afd bench gemm`); `algo` is the opaque cublasLtMatmulAlgo_t.
+struct GemmCandidate {
+    GemmAlgoInfo info;
+    bool batch_invariant = false;  // the rule the engine's choice follows (the class header)
+    bool forced_split = false;     // split-K set here on a heuristic result (deterministic reduction in FP32)
+    std::array<uint64_t, 8> algo{};
+};
+
 class CublasLtGemm {
 public:
     // Creates the cuBLASLt handle and allocates the workspace on `gpu` (made current for the call, then restored).
@@ -119,6 +130,15 @@ public:
 
     // y = x · w^T (+ bias) on `stream`, asynchronous. The GPU of this object must be current.
     void matmul(const GemmParams& params, cudaStream_t stream);
+
+    // Every algorithm the heuristic offers for `shape` (with no workspace, then with the object's), de-duplicated, in
+    // the heuristic's order; then, for each of them that is batch-invariant, the same with split-K set to each of
+    // `forced_splits` (> 1) and the reduction in FP32 through the workspace, where cuBLASLt accepts it for the shape
+    // within the workspace. Host work only.
+    std::vector<GemmCandidate> candidates(const GemmShape& shape, std::span<const int> forced_splits);
+    // matmul() with a candidate of params' shape instead of the cached choice (no capture restrictions beyond
+    // matmul()'s).
+    void matmulWith(const GemmParams& params, const GemmCandidate& candidate, cudaStream_t stream);
 
     bool isPrepared(const GemmShape& shape) const;
     size_t numPrepared() const;
