@@ -134,10 +134,22 @@ void checkHello(const FrameHeader& h, std::span<const uint8_t> rest) {
     }
     require(hello->fingerprint.size() <= wire::kMaxFingerprintBytes && hello->rank >= 0);
     // Our own encoder writes the same fields; the three bytes after the role code are not read.
-    const std::vector<uint8_t> frame = wire::encodeHelloFrame(hello->role, hello->rank, hello->fingerprint);
+    const std::vector<uint8_t> frame =
+        wire::encodeHelloFrame(hello->role, hello->rank, hello->fingerprint, hello->limits);
     require(frame.size() == wire::kFrameHeaderBytes + payload.size());
     require(frame[wire::kFrameHeaderBytes] == payload[0]);
     require(std::equal(payload.begin() + 4, payload.end(), frame.begin() + wire::kFrameHeaderBytes + 4));
+}
+
+void checkHelloAck(std::span<const uint8_t> rest) {
+    if (rest.size() < wire::kHelloAckPayloadBytes) return;
+    const auto payload = rest.first(wire::kHelloAckPayloadBytes);
+    const auto limits = wire::decodeHelloAckPayload(payload, kPeer);
+    require(limits.isOk());
+    // Every payload byte is a limit the decoder read: re-encoding gives the same bytes.
+    const std::vector<uint8_t> frame = wire::encodeHelloAckFrame(limits.value());
+    require(frame.size() == wire::kFrameHeaderBytes + payload.size());
+    require(std::equal(payload.begin(), payload.end(), frame.begin() + wire::kFrameHeaderBytes));
 }
 
 void checkFrame(std::span<const uint8_t, wire::kFrameHeaderBytes> head, std::span<const uint8_t> rest,
@@ -164,7 +176,8 @@ void checkFrame(std::span<const uint8_t, wire::kFrameHeaderBytes> head, std::spa
             checkHello(h, rest);
             break;
         case FrameKind::kHelloAck:
-            require(h.payload_bytes == 0);
+            require(h.payload_bytes == wire::kHelloAckPayloadBytes);
+            checkHelloAck(rest);
             break;
         case FrameKind::kError:
             require(h.payload_bytes <= wire::kMaxControlPayloadBytes);

@@ -49,7 +49,8 @@ std::optional<core::DType> dtypeFromCode(uint8_t code) {
 
 constexpr uint8_t kRoleCodeAttention = 1;
 constexpr uint8_t kRoleCodeFfn = 2;
-constexpr size_t kHelloFixedBytes = 8;  // role u8, 3 bytes zero, rank u32
+// Role u8, 3 bytes zero, rank u32, max rows u32, max payload bytes u64 (frame.h).
+constexpr size_t kHelloFixedBytes = 20;
 
 void putU16(uint8_t* p, uint16_t v) {
     p[0] = static_cast<uint8_t>(v);
@@ -187,17 +188,24 @@ FrameHeader makeDataHeader(FrameKind kind, const FrameKey& key, uint32_t rows, s
     return header;
 }
 
-std::vector<uint8_t> encodeHelloFrame(Role role, int rank, std::string_view fingerprint) {
+std::vector<uint8_t> encodeHelloFrame(Role role, int rank, std::string_view fingerprint, const FrameLimits& limits) {
     AFD_CHECK(fingerprint.size() <= kMaxFingerprintBytes, "fingerprint of {} bytes (at most {})", fingerprint.size(),
               kMaxFingerprintBytes);
     std::vector<uint8_t> payload(kHelloFixedBytes + fingerprint.size(), 0);
     payload[0] = role == Role::kAttention ? kRoleCodeAttention : kRoleCodeFfn;
     putU32(&payload[4], static_cast<uint32_t>(rank));
+    putU32(&payload[8], limits.max_rows);
+    putU64(&payload[12], limits.max_frame_bytes);
     std::memcpy(payload.data() + kHelloFixedBytes, fingerprint.data(), fingerprint.size());
     return encodeBytesFrame(FrameKind::kHello, payload);
 }
 
-std::vector<uint8_t> encodeHelloAckFrame() { return encodeBytesFrame(FrameKind::kHelloAck, {}); }
+std::vector<uint8_t> encodeHelloAckFrame(const FrameLimits& limits) {
+    std::array<uint8_t, kHelloAckPayloadBytes> payload{};
+    putU32(&payload[0], limits.max_rows);
+    putU64(&payload[4], limits.max_frame_bytes);
+    return encodeBytesFrame(FrameKind::kHelloAck, payload);
+}
 
 std::vector<uint8_t> encodeErrorFrame(std::string_view text) {
     const std::string_view clipped = text.substr(0, kMaxControlPayloadBytes);
@@ -295,8 +303,9 @@ core::Result<FrameHeader> decodeHeader(std::span<const uint8_t, kFrameHeaderByte
         return core::corrupt("{}: {} frame with step fields set (step {}, layer {}, stage {}, flags 0x{:x})", peer,
                              kind_name, h.step, h.layer, h.stage, h.flags);
     }
-    if (h.kind == FrameKind::kHelloAck && h.payload_bytes != 0) {
-        return core::corrupt("{}: hello_ack frame with a payload of {} bytes, expected none", peer, h.payload_bytes);
+    if (h.kind == FrameKind::kHelloAck && h.payload_bytes != kHelloAckPayloadBytes) {
+        return core::corrupt("{}: hello_ack frame with a payload of {} bytes, expected {}", peer, h.payload_bytes,
+                             kHelloAckPayloadBytes);
     }
     if (h.payload_bytes > kMaxControlPayloadBytes) {
         return core::corrupt("{}: {} frame with a payload of {} bytes, at most {}", peer, kind_name, h.payload_bytes,
@@ -427,9 +436,19 @@ core::Result<Hello> decodeHelloPayload(std::span<const uint8_t> payload, std::st
     const uint32_t rank = getU32(&payload[4]);
     if (rank > static_cast<uint32_t>(INT32_MAX)) return core::corrupt("{}: hello with rank {}", peer, rank);
     hello.rank = static_cast<int>(rank);
+    hello.limits.max_rows = getU32(&payload[8]);
+    hello.limits.max_frame_bytes = static_cast<size_t>(getU64(&payload[12]));
     hello.fingerprint.assign(reinterpret_cast<const char*>(payload.data() + kHelloFixedBytes),
                              payload.size() - kHelloFixedBytes);
     return hello;
+}
+
+core::Result<FrameLimits> decodeHelloAckPayload(std::span<const uint8_t> payload, std::string_view peer) {
+    if (payload.size() != kHelloAckPayloadBytes) {
+        return core::corrupt("{}: hello_ack payload of {} bytes, expected {}", peer, payload.size(),
+                             kHelloAckPayloadBytes);
+    }
+    return FrameLimits{getU32(&payload[0]), static_cast<size_t>(getU64(&payload[4]))};
 }
 
 }  // namespace afd::transport

@@ -3,7 +3,7 @@
 // A frame is a fixed 48-byte little-endian header, `segment_count` 8-byte segment descriptors, then the payload:
 // the segments' bytes back to back, each a row-major [rows, cols] tensor of its dtype (all segments share
 // `rows`). Step frames carry the step header (flags, per-stage token counts) in the fixed header and have no
-// payload; hello / error frames carry a short byte payload and no descriptors.
+// payload; hello / hello_ack / error frames carry a short byte payload and no descriptors.
 //
 //   offset size field
 //        0    4 magic (kFrameMagic)
@@ -17,6 +17,20 @@
 //       28    4 flags (step frames: StepFlag bits)
 //       32    8 payload bytes
 //       40    8 stage token counts (step frames: 2 × u32; unused stages are 0)
+//
+// The hello payload (attention → FFN, the first frame on a data connection):
+//
+//   offset size field
+//        0    1 role code (1 attention, 2 ffn)
+//        1    3 zero
+//        4    4 rank
+//        8    4 max rows of any frame the sender receives (FrameLimits::max_rows)
+//       12    8 max payload bytes of a data frame the sender receives (FrameLimits::max_frame_bytes)
+//       20    n fingerprint, 0..kMaxFingerprintBytes bytes
+//
+// The hello_ack payload (FFN → attention) is the FFN's limits: max rows u32, then max payload bytes u64. Each side
+// compares the other's limits with its own and refuses a peer whose limits differ (tcp_handshake.h), so every frame
+// on a connection is bounded by limits both ends agreed on.
 //
 // Nothing in this file allocates memory sized by a field read from the wire: decoders validate every field
 // against the receiver's limits before a caller uses it to size or place anything.
@@ -38,7 +52,7 @@ namespace afd::transport {
 
 inline constexpr uint32_t kFrameMagic = 0x46444641;  // "AFDF" in little-endian byte order
 // Bumped on any change of the bytes on the wire or of the handshake; peers of different versions never talk.
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr size_t kFrameHeaderBytes = 48;
 inline constexpr size_t kSegmentDescriptorBytes = 8;
 inline constexpr uint32_t kMaxSegments = 8;
@@ -48,6 +62,8 @@ inline constexpr uint32_t kMaxStages = 2;
 inline constexpr size_t kMaxFingerprintBytes = 256;
 // Hello and error payloads.
 inline constexpr size_t kMaxControlPayloadBytes = 4096;
+// The hello_ack payload: the FFN's frame limits.
+inline constexpr size_t kHelloAckPayloadBytes = 12;
 // Receive buffers place every segment at a multiple of this many bytes.
 inline constexpr size_t kSegmentAlignment = 64;
 
@@ -107,10 +123,11 @@ struct FrameHeader {
     std::array<uint32_t, kMaxStages> stage_tokens{};
 };
 
-// The receiver's bounds on what a peer may send.
+// The receiver's bounds on what a peer may send; both ends of a connection hold the same (agreed at the hello).
 struct FrameLimits {
     uint32_t max_rows = 0;
     size_t max_frame_bytes = 0;  // payload bytes of one data frame
+    bool operator==(const FrameLimits&) const = default;
 };
 
 // Segment descriptors and where each segment's bytes land in a receive buffer.
@@ -135,16 +152,16 @@ void encodeDescriptor(const SegmentSpec& segment, uint8_t* out);  // writes kSeg
 FrameHeader makeStepHeader(const StepHeader& step);
 FrameHeader makeDataHeader(FrameKind kind, const FrameKey& key, uint32_t rows, std::span<const SegmentSpec> segments);
 // Whole frames with a byte payload: header followed by the payload.
-std::vector<uint8_t> encodeHelloFrame(Role role, int rank, std::string_view fingerprint);
-std::vector<uint8_t> encodeHelloAckFrame();
+std::vector<uint8_t> encodeHelloFrame(Role role, int rank, std::string_view fingerprint, const FrameLimits& limits);
+std::vector<uint8_t> encodeHelloAckFrame(const FrameLimits& limits);
 std::vector<uint8_t> encodeErrorFrame(std::string_view text);
 
 // ---- decoding and validation (peer bytes; `peer` names the sender in every message) ----
 
 // Magic, version, kind, segment count, and per-kind rules: step frames have 1..kMaxStages stages, known flags,
 // stage counts ≤ limits.max_rows, no payload; data frames have rows ≤ limits.max_rows and payload ≤
-// limits.max_frame_bytes; hello/error payloads ≤ kMaxControlPayloadBytes. kCorrupt for malformed bytes,
-// kMismatch for another protocol version.
+// limits.max_frame_bytes; hello/error payloads ≤ kMaxControlPayloadBytes, hello_ack payloads of exactly
+// kHelloAckPayloadBytes. kCorrupt for malformed bytes, kMismatch for another protocol version.
 core::Result<FrameHeader> decodeHeader(std::span<const uint8_t, kFrameHeaderBytes> bytes, const FrameLimits& limits,
                                        std::string_view peer);
 
@@ -164,8 +181,11 @@ core::Status checkSegments(const FrameHeader& header, const SegmentLayout& layou
 struct Hello {
     Role role = Role::kAttention;
     int rank = 0;
+    FrameLimits limits;  // what the sender receives; not checked here (any value decodes)
     std::string fingerprint;
 };
 core::Result<Hello> decodeHelloPayload(std::span<const uint8_t> payload, std::string_view peer);
+// The FFN's limits from a hello_ack payload (exactly kHelloAckPayloadBytes bytes; any value decodes).
+core::Result<FrameLimits> decodeHelloAckPayload(std::span<const uint8_t> payload, std::string_view peer);
 
 }  // namespace afd::transport

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 
 #include "core/logging.h"
@@ -13,7 +11,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-std::string recordKey(Role role, int rank) { return fmt::format("afd/rank/{}/{}", roleName(role), rank); }
 std::string seenKey(Role role, int rank) { return fmt::format("afd/seen/{}/{}", roleName(role), rank); }
 std::string blobKey(Role role, int rank, std::string_view key) {
     return fmt::format("afd/blob/{}/{}/{}", roleName(role), rank, key);
@@ -22,42 +19,6 @@ std::string blobKey(Role role, int rank, std::string_view key) {
 bool isBlobKeyChar(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
            c == '.' || c == '/';
-}
-
-std::string encodeRecord(const RankRecord& record) {
-    nlohmann::json j = {{"role", roleName(record.role)},
-                        {"rank", record.rank},
-                        {"protocol_version", record.protocol_version},
-                        {"fingerprint", record.fingerprint}};
-    return j.dump();
-}
-
-core::Result<RankRecord> decodeRecord(const std::string& text, Role role, int rank, std::string_view where) {
-    const std::string key = recordKey(role, rank);
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object()) return core::corrupt("{}: record '{}' is not a JSON object", where, key);
-    const auto field = [&](const char* name) -> const nlohmann::json* {
-        auto it = j.find(name);
-        return it == j.end() ? nullptr : &*it;
-    };
-    const nlohmann::json* role_field = field("role");
-    const nlohmann::json* rank_field = field("rank");
-    const nlohmann::json* version = field("protocol_version");
-    const nlohmann::json* fingerprint = field("fingerprint");
-    if (!role_field || !role_field->is_string() || !rank_field || !rank_field->is_number_integer() || !version ||
-        !version->is_number_unsigned() || !fingerprint || !fingerprint->is_string()) {
-        return core::corrupt("{}: record '{}' lacks role, rank, protocol_version or fingerprint: {}", where, key, text);
-    }
-    if (parseRole(role_field->get<std::string>()) != role || rank_field->get<int64_t>() != rank) {
-        return core::corrupt("{}: record '{}' names {} rank {}", where, key, role_field->get<std::string>(),
-                             rank_field->get<int64_t>());
-    }
-    RankRecord record;
-    record.role = role;
-    record.rank = rank;
-    record.protocol_version = static_cast<uint32_t>(version->get<uint64_t>());
-    record.fingerprint = fingerprint->get<std::string>();
-    return record;
 }
 
 // Compares every registered rank with `self`; returns all differences in one message, or ok.
@@ -241,7 +202,7 @@ core::Result<std::unique_ptr<Rendezvous>> Rendezvous::join(const RendezvousOptio
     // Blobs before the record: a peer that has read the record finds them.
     for (const RendezvousBlob& blob : blobs) AFD_RETURN_IF_ERROR(rv->publishBlob(blob.key, blob.value, where));
     AFD_ASSIGN_OR_RETURN(std::optional<std::string> present,
-                         store.setIfAbsent(recordKey(self.role, self.rank), encodeRecord(self)));
+                         store.setIfAbsent(rankRecordKey(self.role, self.rank), encodeRankRecord(self)));
     if (present) {
         return core::mismatch("{}: {} is registered already (record {}); two processes claim the same rank", where,
                               self_name, *present);
@@ -261,7 +222,7 @@ core::Result<std::unique_ptr<Rendezvous>> Rendezvous::join(const RendezvousOptio
     {
         WaitProgress progress(start, deadline, options.report_interval);
         const core::Status waited = awaitRankKeys(
-            store, expected, [](const RankId& r) { return recordKey(r.first, r.second); }, deadline, progress,
+            store, expected, [](const RankId& r) { return rankRecordKey(r.first, r.second); }, deadline, progress,
             [&](const std::vector<RankId>& still) {
                 AFD_LOG_INFO("{}: waiting for {} to register at {} ({})", self_name, awaited(still), rv->store_address_,
                              progress.progress());
@@ -278,7 +239,8 @@ core::Result<std::unique_ptr<Rendezvous>> Rendezvous::join(const RendezvousOptio
     }
     std::vector<RankRecord> all;
     for (size_t i = 0; i < expected.size(); ++i) {
-        AFD_ASSIGN_OR_RETURN(RankRecord record, decodeRecord(texts[i], expected[i].first, expected[i].second, where));
+        AFD_ASSIGN_OR_RETURN(RankRecord record,
+                             decodeRankRecord(texts[i], expected[i].first, expected[i].second, where));
         all.push_back(std::move(record));
     }
     AFD_RETURN_IF_ERROR(store.set(seenKey(self.role, self.rank), "1"));

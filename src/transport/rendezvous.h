@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "transport/rendezvous_record.h"
 #include "transport/rendezvous_store.h"
 #include "transport/role.h"
 #include "transport/socket.h"
@@ -29,13 +30,6 @@ namespace afd::transport {
 std::string describeRank(Role role, int rank);
 // "ffn rank 1", "attention ranks 0, 2": ranks of one role in one phrase.
 std::string describeRanks(Role role, std::span<const int> ranks);
-
-struct RankRecord {
-    Role role = Role::kAttention;
-    int rank = 0;
-    uint32_t protocol_version = 0;
-    std::string fingerprint;  // opaque: a hash of the model and the topology, made by the caller
-};
 
 inline constexpr size_t kMaxBlobKeyBytes = 128;
 inline constexpr size_t kMaxBlobValueBytes = kMaxStoreValueBytes;

@@ -16,25 +16,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr uint8_t kOpSet = 1;
-constexpr uint8_t kOpGet = 2;
-constexpr uint8_t kFlagExclusive = 1;
-
-constexpr uint8_t kReplyOk = 0;
-constexpr uint8_t kReplyNotFound = 1;  // a get whose wait ran out
-constexpr uint8_t kReplyExists = 2;    // an exclusive set of a present key; the value is the present one
-
-constexpr size_t kRequestFixedBytes = 8;  // op, flags, key length u16, timeout u32
-constexpr size_t kMaxRequestBody = kRequestFixedBytes + kMaxStoreKeyBytes + kMaxStoreValueBytes;
-constexpr size_t kMaxReplyBody = 1 + kMaxStoreValueBytes;
-constexpr uint32_t kMaxWaitMs = 24u * 3600u * 1000u;
 // How long a client waits for a reply beyond the server-side wait it asked for.
 constexpr milliseconds kReplySlack(10000);
-
-void putU32(std::string& out, uint32_t v) {
-    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-}
-uint32_t getU32(const uint8_t* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24); }
 
 }  // namespace
 
@@ -103,7 +86,7 @@ core::Status StoreServer::Loop::step(const Canceller& wake, bool* stopped) {
     pollfds_.push_back({clients_.size() < kMaxStoreClients ? listener_.get() : -1, POLLIN, 0});
     for (const auto& c : clients_) {
         short events = 0;
-        if (c->in.size() < 4 + kMaxRequestBody) events |= POLLIN;
+        if (c->in.size() < kStoreLengthBytes + kMaxStoreRequestBody) events |= POLLIN;
         if (c->out_done < c->out.size()) events |= POLLOUT;
         pollfds_.push_back({c->fd.get(), events, 0});
     }
@@ -154,8 +137,8 @@ void StoreServer::Loop::acceptClients() {
 
 void StoreServer::Loop::readFrom(Client& c) {
     uint8_t buffer[16384];
-    while (c.in.size() < 4 + kMaxRequestBody) {
-        const size_t want = std::min(sizeof(buffer), 4 + kMaxRequestBody - c.in.size());
+    while (c.in.size() < kStoreLengthBytes + kMaxStoreRequestBody) {
+        const size_t want = std::min(sizeof(buffer), kStoreLengthBytes + kMaxStoreRequestBody - c.in.size());
         const ssize_t n = ::recv(c.fd.get(), buffer, want, 0);
         if (n > 0) {
             c.in.insert(c.in.end(), buffer, buffer + n);
@@ -187,64 +170,48 @@ bool StoreServer::Loop::handleRequests(Client& c) {
     bool handled = false;
     // NOTE: requests of one client are answered in order; a blocked get holds back the ones after it, and a
     // client that does not read its replies stops being served once one reply is pending.
-    while (!c.closed && !c.waiting && c.out.size() <= kMaxReplyBody && c.in.size() >= 4) {
-        const uint32_t body = getU32(c.in.data());
-        if (body < kRequestFixedBytes || body > kMaxRequestBody) {
-            dropClient(c,
-                       fmt::format("request of {} bytes (expected {}..{})", body, kRequestFixedBytes, kMaxRequestBody));
+    while (!c.closed && !c.waiting && c.out.size() <= kMaxStoreReplyBody) {
+        core::Result<std::optional<DecodedStoreRequest>> decoded = decodeStoreRequest(c.in);
+        if (!decoded.isOk()) {
+            dropClient(c, decoded.status().message());
             break;
         }
-        if (c.in.size() < 4 + body) break;
-        const uint8_t* p = c.in.data() + 4;
-        const uint8_t op = p[0];
-        const uint8_t flags = p[1];
-        const size_t key_len = p[2] | (p[3] << 8);
-        const uint32_t timeout_ms = getU32(p + 4);
-        if (key_len == 0 || key_len > kMaxStoreKeyBytes || kRequestFixedBytes + key_len > body) {
-            dropClient(c, fmt::format("key of {} bytes (expected 1..{})", key_len, kMaxStoreKeyBytes));
-            break;
-        }
-        std::string key(reinterpret_cast<const char*>(p + kRequestFixedBytes), key_len);
-        std::string value(reinterpret_cast<const char*>(p + kRequestFixedBytes + key_len),
-                          body - kRequestFixedBytes - key_len);
-        c.in.erase(c.in.begin(), c.in.begin() + 4 + body);
+        if (!decoded->has_value()) break;
+        StoreRequest& request = (*decoded)->request;
+        std::string& key = request.key;
+        c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>((*decoded)->consumed));
         handled = true;
-        if (op == kOpSet && (flags & ~kFlagExclusive) == 0) {
+        if (request.op == kStoreOpSet) {
             auto it = data_.find(key);
-            if (it != data_.end() && (flags & kFlagExclusive)) {
-                reply(c, kReplyExists, it->second);
+            if (it != data_.end() && (request.flags & kStoreFlagExclusive)) {
+                reply(c, kStoreReplyExists, it->second);
                 continue;
             }
             if (it == data_.end() && data_.size() >= kMaxStoreKeys) {
                 dropClient(c, fmt::format("the store holds {} keys already", kMaxStoreKeys));
                 break;
             }
-            data_[key] = std::move(value);
-            reply(c, kReplyOk, {});
+            data_[key] = std::move(request.value);
+            reply(c, kStoreReplyOk, {});
             wakeWaiters(key);
-        } else if (op == kOpGet && flags == 0 && value.empty()) {
+        } else {  // a get
             auto it = data_.find(key);
             if (it != data_.end()) {
-                reply(c, kReplyOk, it->second);
-            } else if (timeout_ms == 0) {
-                reply(c, kReplyNotFound, {});
+                reply(c, kStoreReplyOk, it->second);
+            } else if (request.timeout_ms == 0) {
+                reply(c, kStoreReplyNotFound, {});
             } else {
                 c.waiting = true;
                 c.wait_key = std::move(key);
-                c.wait_deadline = deadlineAfter(milliseconds(std::min(timeout_ms, kMaxWaitMs)));
+                c.wait_deadline = deadlineAfter(milliseconds(std::min(request.timeout_ms, kMaxStoreWaitMs)));
             }
-        } else {
-            dropClient(c, fmt::format("malformed request (op {}, flags {})", op, flags));
-            break;
         }
     }
     return handled;
 }
 
 void StoreServer::Loop::reply(Client& c, uint8_t code, std::string_view value) {
-    putU32(c.out, static_cast<uint32_t>(1 + value.size()));
-    c.out.push_back(static_cast<char>(code));
-    c.out.append(value);
+    appendStoreReply(code, value, c.out);
     writeTo(c);
 }
 
@@ -261,7 +228,7 @@ void StoreServer::Loop::wakeWaiters(const std::string& key) {
     for (auto& c : clients_) {
         if (c->closed || !c->waiting || c->wait_key != key) continue;
         c->waiting = false;
-        reply(*c, kReplyOk, value);
+        reply(*c, kStoreReplyOk, value);
     }
 }
 
@@ -270,7 +237,7 @@ void StoreServer::Loop::expireWaiters() {
     for (auto& c : clients_) {
         if (c->closed || !c->waiting || c->wait_deadline > now) continue;
         c->waiting = false;
-        reply(*c, kReplyNotFound, {});
+        reply(*c, kStoreReplyNotFound, {});
     }
 }
 
@@ -305,8 +272,8 @@ core::Result<std::unique_ptr<StoreClient>> StoreClient::connect(const HostPort& 
     return std::unique_ptr<StoreClient>(new StoreClient(std::move(fd), address, cancel));
 }
 
-core::Result<StoreClient::Reply> StoreClient::call(uint8_t op, uint8_t flags, std::string_view key,
-                                                   std::string_view value, milliseconds wait) {
+core::Result<StoreReply> StoreClient::call(uint8_t op, uint8_t flags, std::string_view key, std::string_view value,
+                                           milliseconds wait) {
     const std::string where = fmt::format("rendezvous store at {}", address_.toString());
     if (!fd_.valid()) return core::peerLost("{}: the connection was closed after an earlier failure", where);
     if (key.empty() || key.size() > kMaxStoreKeyBytes) {
@@ -316,31 +283,23 @@ core::Result<StoreClient::Reply> StoreClient::call(uint8_t op, uint8_t flags, st
         return core::invalidArgument("{}: value of key '{}' has {} bytes, at most {}", where, key, value.size(),
                                      kMaxStoreValueBytes);
     }
-    const auto wait_ms = static_cast<uint32_t>(std::clamp<int64_t>(wait.count(), 0, kMaxWaitMs));
+    const auto wait_ms = static_cast<uint32_t>(std::clamp<int64_t>(wait.count(), 0, kMaxStoreWaitMs));
     std::string request;
-    putU32(request, static_cast<uint32_t>(kRequestFixedBytes + key.size() + value.size()));
-    request.push_back(static_cast<char>(op));
-    request.push_back(static_cast<char>(flags));
-    request.push_back(static_cast<char>(key.size() & 0xff));
-    request.push_back(static_cast<char>(key.size() >> 8));
-    putU32(request, wait_ms);
-    request.append(key);
-    request.append(value);
+    appendStoreRequest({op, flags, wait_ms, std::string(key), std::string(value)}, request);
 
     const Deadline deadline = deadlineAfter(milliseconds(wait_ms) + kReplySlack);
     core::Status status = sendAll(fd_.get(), request.data(), request.size(), deadline, cancel_, where);
-    uint8_t length[4];
+    uint8_t length[kStoreLengthBytes];
     if (status.isOk()) status = recvAll(fd_.get(), length, sizeof(length), deadline, cancel_, where);
-    Reply reply;
+    StoreReply reply;
     if (status.isOk()) {
-        const uint32_t body = getU32(length);
-        if (body < 1 || body > kMaxReplyBody) {
-            status = core::corrupt("{}: reply of {} bytes (expected 1..{})", where, body, kMaxReplyBody);
+        const core::Result<uint32_t> body = decodeStoreReplyLength(length, where);
+        if (!body.isOk()) {
+            status = body.status();
         } else {
-            std::string bytes(body, '\0');
-            status = recvAll(fd_.get(), bytes.data(), body, deadline, cancel_, where);
-            reply.code = static_cast<uint8_t>(bytes[0]);
-            reply.value = bytes.substr(1);
+            std::vector<uint8_t> bytes(*body);
+            status = recvAll(fd_.get(), bytes.data(), bytes.size(), deadline, cancel_, where);
+            if (status.isOk()) reply = decodeStoreReplyBody(bytes);
         }
     }
     if (!status.isOk()) {
@@ -351,8 +310,8 @@ core::Result<StoreClient::Reply> StoreClient::call(uint8_t op, uint8_t flags, st
 }
 
 core::Status StoreClient::set(std::string_view key, std::string_view value) {
-    AFD_ASSIGN_OR_RETURN(Reply reply, call(kOpSet, 0, key, value, milliseconds(0)));
-    if (reply.code != kReplyOk) {
+    AFD_ASSIGN_OR_RETURN(StoreReply reply, call(kStoreOpSet, 0, key, value, milliseconds(0)));
+    if (reply.code != kStoreReplyOk) {
         return core::corrupt("rendezvous store at {}: unexpected reply {} to set '{}'", address_.toString(), reply.code,
                              key);
     }
@@ -360,17 +319,17 @@ core::Status StoreClient::set(std::string_view key, std::string_view value) {
 }
 
 core::Result<std::optional<std::string>> StoreClient::setIfAbsent(std::string_view key, std::string_view value) {
-    AFD_ASSIGN_OR_RETURN(Reply reply, call(kOpSet, kFlagExclusive, key, value, milliseconds(0)));
-    if (reply.code == kReplyOk) return std::optional<std::string>();
-    if (reply.code == kReplyExists) return std::optional<std::string>(std::move(reply.value));
+    AFD_ASSIGN_OR_RETURN(StoreReply reply, call(kStoreOpSet, kStoreFlagExclusive, key, value, milliseconds(0)));
+    if (reply.code == kStoreReplyOk) return std::optional<std::string>();
+    if (reply.code == kStoreReplyExists) return std::optional<std::string>(std::move(reply.value));
     return core::corrupt("rendezvous store at {}: unexpected reply {} to set '{}'", address_.toString(), reply.code,
                          key);
 }
 
 core::Result<std::string> StoreClient::get(std::string_view key, milliseconds timeout) {
-    AFD_ASSIGN_OR_RETURN(Reply reply, call(kOpGet, 0, key, {}, timeout));
-    if (reply.code == kReplyOk) return std::move(reply.value);
-    if (reply.code == kReplyNotFound) {
+    AFD_ASSIGN_OR_RETURN(StoreReply reply, call(kStoreOpGet, 0, key, {}, timeout));
+    if (reply.code == kStoreReplyOk) return std::move(reply.value);
+    if (reply.code == kStoreReplyNotFound) {
         return core::timeoutError("rendezvous store at {}: key '{}' not set within {}", address_.toString(), key,
                                   formatDuration(timeout));
     }

@@ -1,9 +1,8 @@
 // A small TCP key-value store for the rendezvous and for backends that exchange setup data (TCP endpoints,
 // NCCL unique ids, CUDA IPC handles). FFN rank 0 hosts it; every rank is a client.
 //
-// Wire (little-endian): a request is u32 body length, then op u8, flags u8, key length u16, timeout ms u32,
-// key, value; a reply is u32 body length, then code u8, value. Keys are 1..kMaxStoreKeyBytes, values up to
-// kMaxStoreValueBytes; a malformed or oversized request closes that client only.
+// Wire: rendezvous_store_wire.h. Keys are 1..kMaxStoreKeyBytes, values up to kMaxStoreValueBytes; a malformed or
+// oversized request closes that client only.
 #pragma once
 
 #include <chrono>
@@ -15,12 +14,11 @@
 
 #include "core/status.h"
 #include "core/unique_fd.h"
+#include "transport/rendezvous_store_wire.h"
 #include "transport/socket.h"
 
 namespace afd::transport {
 
-inline constexpr size_t kMaxStoreKeyBytes = 256;
-inline constexpr size_t kMaxStoreValueBytes = 64 * 1024;
 inline constexpr size_t kMaxStoreKeys = 4096;
 inline constexpr size_t kMaxStoreClients = 1024;
 
@@ -75,12 +73,8 @@ private:
     StoreClient(core::UniqueFd fd, HostPort address, const Canceller* cancel)
         : fd_(std::move(fd)), address_(std::move(address)), cancel_(cancel) {}
 
-    struct Reply {
-        uint8_t code = 0;
-        std::string value;
-    };
-    core::Result<Reply> call(uint8_t op, uint8_t flags, std::string_view key, std::string_view value,
-                             std::chrono::milliseconds wait);
+    core::Result<StoreReply> call(uint8_t op, uint8_t flags, std::string_view key, std::string_view value,
+                                  std::chrono::milliseconds wait);
 
     core::UniqueFd fd_;
     HostPort address_;

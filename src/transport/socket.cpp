@@ -183,6 +183,16 @@ core::Result<HostPort> parseHostPort(std::string_view text) {
         port_text = text.substr(colon + 1);
     }
     if (host.empty()) return core::invalidArgument("address '{}' has an empty host", text);
+    // The resolver reads the host as a C string, and toString() brackets a host with ':': a NUL, a space or a
+    // bracket inside would name another host, or one that does not parse back.
+    const auto isHostByte = [](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        return u > 0x20 && u != 0x7f && c != '[' && c != ']';
+    };
+    if (!std::all_of(host.begin(), host.end(), isHostByte)) {
+        return core::invalidArgument("address '{}': the host may not hold spaces, control characters or brackets",
+                                     text);
+    }
     int port = 0;
     for (char c : port_text) {
         if (c < '0' || c > '9' || port > 65535) return core::invalidArgument("address '{}' has a bad port", text);

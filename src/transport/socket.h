@@ -51,7 +51,8 @@ struct HostPort {
     // "127.0.0.1:29500", "[::1]:29500".
     std::string toString() const;
 };
-// Parses "host:port" or "[v6]:port"; port in 1..65535.
+// Parses "host:port" or "[v6]:port"; port in 1..65535; the host non-empty, without spaces, control characters or
+// brackets.
 core::Result<HostPort> parseHostPort(std::string_view text);
 
 struct Listener {

@@ -159,6 +159,7 @@ TEST(Frame, RejectsControlFramesWithStepFields) {
         SCOPED_TRACE(std::string(frameKindName(kind)));
         FrameHeader clean;
         clean.kind = kind;
+        if (kind == FrameKind::kHelloAck) clean.payload_bytes = kHelloAckPayloadBytes;
         ASSERT_TRUE(decode(encodeHeader(clean)).isOk());
         for (int field = 0; field < 5; ++field) {
             FrameHeader header = clean;
@@ -302,7 +303,7 @@ TEST(Frame, ZeroRowFrameHasNoPayload) {
 }
 
 TEST(Frame, HelloRoundTripsAndRejectsGarbage) {
-    const std::vector<uint8_t> frame = encodeHelloFrame(Role::kAttention, 3, "abc123");
+    const std::vector<uint8_t> frame = encodeHelloFrame(Role::kAttention, 3, "abc123", {16, (size_t{1} << 40) + 7});
     ASSERT_GE(frame.size(), kFrameHeaderBytes);
     core::Result<FrameHeader> h =
         decodeHeader(std::span<const uint8_t, kFrameHeaderBytes>(frame.data(), kFrameHeaderBytes), {}, kPeer);
@@ -315,6 +316,7 @@ TEST(Frame, HelloRoundTripsAndRejectsGarbage) {
     EXPECT_EQ(hello->role, Role::kAttention);
     EXPECT_EQ(hello->rank, 3);
     EXPECT_EQ(hello->fingerprint, "abc123");
+    EXPECT_EQ(hello->limits, (FrameLimits{16, (size_t{1} << 40) + 7}));
 
     std::vector<uint8_t> bad(frame.begin() + kFrameHeaderBytes, frame.end());
     bad[0] = 9;
@@ -328,6 +330,34 @@ TEST(Frame, HelloRoundTripsAndRejectsGarbage) {
     big.kind = FrameKind::kError;
     big.payload_bytes = kMaxControlPayloadBytes + 1;
     EXPECT_EQ(decode(encodeHeader(big)).status().code(), core::StatusCode::kCorrupt);
+}
+
+// The hello_ack carries the FFN's limits in exactly kHelloAckPayloadBytes; a version-1 ack (no payload) or a longer
+// one is refused.
+TEST(Frame, HelloAckCarriesTheLimitsAndNothingElse) {
+    const FrameLimits limits{8192, size_t{8192} * 8256};
+    const std::vector<uint8_t> frame = encodeHelloAckFrame(limits);
+    ASSERT_EQ(frame.size(), kFrameHeaderBytes + kHelloAckPayloadBytes);
+    core::Result<FrameHeader> h =
+        decodeHeader(std::span<const uint8_t, kFrameHeaderBytes>(frame.data(), kFrameHeaderBytes), {}, kPeer);
+    ASSERT_TRUE(h.isOk()) << h.status().toString();
+    EXPECT_EQ(h->kind, FrameKind::kHelloAck);
+    EXPECT_EQ(h->payload_bytes, kHelloAckPayloadBytes);
+    core::Result<FrameLimits> decoded = decodeHelloAckPayload(std::span(frame).subspan(kFrameHeaderBytes), kPeer);
+    ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+    EXPECT_EQ(*decoded, limits);
+
+    for (const uint64_t bytes : {uint64_t{0}, uint64_t{kHelloAckPayloadBytes + 1}}) {
+        FrameHeader ack;
+        ack.kind = FrameKind::kHelloAck;
+        ack.payload_bytes = bytes;
+        const core::Status s = decode(encodeHeader(ack)).status();
+        EXPECT_EQ(s.code(), core::StatusCode::kCorrupt);
+        EXPECT_THAT(s.message(), HasSubstr(fmt::format("hello_ack frame with a payload of {} bytes, expected {}", bytes,
+                                                       kHelloAckPayloadBytes)));
+    }
+    EXPECT_EQ(decodeHelloAckPayload(std::span(frame).subspan(kFrameHeaderBytes, 11), kPeer).status().code(),
+              core::StatusCode::kCorrupt);
 }
 
 TEST(Frame, FuzzSeedCorpusDecodes) {
@@ -355,6 +385,12 @@ TEST(Frame, FuzzSeedCorpusDecodes) {
             ASSERT_GE(rest.size(), h->payload_bytes) << name;
             const auto hello = decodeHelloPayload(rest.first(h->payload_bytes), name);
             EXPECT_TRUE(hello.isOk()) << hello.status().toString();
+        } else if (h->kind == FrameKind::kHelloAck) {
+            ASSERT_GE(rest.size(), h->payload_bytes) << name;
+            // The seed is the ack of an FFN rank with the fuzz target's first limits.
+            const auto ack = decodeHelloAckPayload(rest.first(h->payload_bytes), name);
+            ASSERT_TRUE(ack.isOk()) << ack.status().toString();
+            EXPECT_EQ(*ack, limits) << name;
         }
     }
     EXPECT_GE(seeds, 3u);

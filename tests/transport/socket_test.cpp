@@ -32,6 +32,18 @@ TEST(Socket, ParsesHostPort) {
     EXPECT_FALSE(parseHostPort("h:8x").isOk());
 }
 
+TEST(Socket, HostPortRefusesHostsTheResolverWouldReadAsAnotherHost) {
+    // Found by fuzz/rendezvous_fuzz.cpp (an endpoint blob): getaddrinfo reads the host up to its first NUL.
+    EXPECT_THAT(parseHostPort(std::string("127.0.0.1\0evil:29501", 20)).status().message(),
+                HasSubstr("the host may not hold spaces, control characters or brackets"));
+    EXPECT_FALSE(parseHostPort("a]:b:80").isOk());  // would name itself "[a]:b]:80", which does not parse
+    EXPECT_FALSE(parseHostPort("[a[b]:80").isOk());
+    EXPECT_FALSE(parseHostPort("host name:80").isOk());
+    EXPECT_FALSE(parseHostPort("host\n:80").isOk());
+    EXPECT_EQ(parseHostPort("[fe80::1%eth0]:80").value().host, "fe80::1%eth0");
+    EXPECT_EQ(parseHostPort("ffn-0.cluster.local:1").value().port, 1);
+}
+
 TEST(Socket, ListensOnAnEphemeralPortAndMovesBytes) {
     core::Result<Listener> listener = listenTcp("127.0.0.1", 0);
     ASSERT_TRUE(listener.isOk()) << listener.status().toString();

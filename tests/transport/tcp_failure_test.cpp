@@ -111,8 +111,9 @@ TEST(TcpSetup, FfnRejectsUnknownDuplicateAndMismatchedHellosAndKeepsWaiting) {
     ASSERT_TRUE(endpoint.isOk());
     const PeerInfo ffn_peer{Role::kFfn, 0, endpoint->toString()};
     const auto hello = [&](Role role, int rank, std::string fingerprint) {
-        return tcp::connectAndHello(*endpoint, ffn_peer, {role, rank, std::move(fingerprint)}, deadlineAfter(10s),
-                                    nullptr);
+        const FrameLimits limits = limitsOf(options(Role::kFfn, 0, 2, 1, port, {0, 1}));
+        return tcp::connectAndHello(*endpoint, ffn_peer, {role, rank, std::move(fingerprint), limits},
+                                    deadlineAfter(10s), nullptr);
     };
     auto unknown = hello(Role::kAttention, 7, "qwen3-moe-test/2a2f");
     EXPECT_EQ(unknown.status().code(), core::StatusCode::kMismatch);
@@ -129,7 +130,8 @@ TEST(TcpSetup, FfnRejectsUnknownDuplicateAndMismatchedHellosAndKeepsWaiting) {
         // A hello of another protocol version: the error frame names both versions.
         auto fd = connectTcp(*endpoint, deadlineAfter(10s), nullptr, "ffn rank 0");
         ASSERT_TRUE(fd.isOk());
-        std::vector<uint8_t> future = encodeHelloFrame(Role::kAttention, 0, "qwen3-moe-test/2a2f");
+        std::vector<uint8_t> future = encodeHelloFrame(Role::kAttention, 0, "qwen3-moe-test/2a2f",
+                                                       limitsOf(options(Role::kFfn, 0, 2, 1, port, {0, 1})));
         future[4] = static_cast<uint8_t>(kProtocolVersion + 1);
         ASSERT_TRUE(sendRaw(fd->get(), future, 10s).isOk());
         HeaderBytes head{};

@@ -46,7 +46,11 @@ FfnUnderTest startFfn(int num_attention, int raw_rank, std::chrono::milliseconds
         others.push_back(runAsync([o] { return tcp::createAttentionConnector(o); }));
     }
     FfnUnderTest t;
-    auto raw = connectRawAttention(baseOptions(Role::kAttention, raw_rank, num_attention, 1, port), 0);
+    // The raw peer announces the FFN's limits, as a conforming rank would, and breaks the rules only afterwards.
+    auto raw_options = baseOptions(Role::kAttention, raw_rank, num_attention, 1, port);
+    raw_options.max_rows = ffn_options.max_rows;
+    raw_options.max_frame_bytes = ffn_options.max_frame_bytes;
+    auto raw = connectRawAttention(raw_options, 0);
     AFD_CHECK(raw.isOk(), "raw attention peer: {}", raw.status().toString());
     t.raw = std::move(*raw);
     auto connector = ffn.get();
@@ -217,7 +221,10 @@ AttentionUnderTest startAttention(uint32_t max_rows, size_t max_frame_bytes, int
     o.max_frame_bytes = max_frame_bytes;
     o.step_timeout = step_timeout;
     auto attention = runAsync([o] { return tcp::createAttentionConnector(o); });
-    auto raw = acceptRawFfn(baseOptions(Role::kFfn, 0, 1, 1, port), socket_buffer_bytes);
+    auto raw_options = baseOptions(Role::kFfn, 0, 1, 1, port);  // announces the attention rank's limits
+    raw_options.max_rows = max_rows;
+    raw_options.max_frame_bytes = max_frame_bytes;
+    auto raw = acceptRawFfn(raw_options, socket_buffer_bytes);
     AFD_CHECK(raw.isOk(), "raw ffn: {}", raw.status().toString());
     auto connector = attention.get();
     AFD_CHECK(connector.isOk(), "attention connector: {}", connector.status().toString());

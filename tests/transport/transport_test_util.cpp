@@ -38,6 +38,8 @@ tcp::TcpConnectorOptions baseOptions(Role role, int rank, int num_attention, int
     return o;
 }
 
+FrameLimits limitsOf(const tcp::TcpConnectorOptions& o) { return {o.max_rows, o.max_frame_bytes}; }
+
 void fillBytes(void* data, size_t bytes, uint64_t seed) {
     std::mt19937_64 rng(seed);
     auto* p = static_cast<uint8_t*>(data);
@@ -141,7 +143,7 @@ core::Result<RawAttentionPeer> connectRawAttention(const tcp::TcpConnectorOption
                          peer.rendezvous->fetch(Role::kFfn, ffn_rank, tcp::kEndpointBlob, o.rendezvous_timeout));
     AFD_ASSIGN_OR_RETURN(HostPort endpoint, parseHostPort(published));
     AFD_ASSIGN_OR_RETURN(peer.fd, tcp::connectAndHello(endpoint, PeerInfo{Role::kFfn, ffn_rank, published},
-                                                       {Role::kAttention, o.rank, o.fingerprint},
+                                                       {Role::kAttention, o.rank, o.fingerprint, limitsOf(o)},
                                                        deadlineAfter(o.rendezvous_timeout), nullptr));
     return peer;
 }
@@ -178,8 +180,9 @@ core::Result<RawFfnPeer> acceptRawFfn(const tcp::TcpConnectorOptions& o, int soc
                          Rendezvous::join(r, RankRecord{Role::kFfn, 0, kProtocolVersion, o.fingerprint},
                                           {{tcp::kEndpointBlob, endpoint}}));
     const std::vector<int> ranks = allRanks(o.num_attention_ranks);
-    AFD_ASSIGN_OR_RETURN(peer.fds, tcp::acceptPeers(listener.get(), endpoint, ranks, {Role::kFfn, 0, o.fingerprint},
-                                                    deadlineAfter(o.rendezvous_timeout), nullptr));
+    AFD_ASSIGN_OR_RETURN(peer.fds,
+                         tcp::acceptPeers(listener.get(), endpoint, ranks, {Role::kFfn, 0, o.fingerprint, limitsOf(o)},
+                                          deadlineAfter(o.rendezvous_timeout), nullptr));
     return peer;
 }
 

@@ -13,6 +13,7 @@
 #include "core/tensor.h"
 #include "core/unique_fd.h"
 #include "transport/connector.h"
+#include "transport/frame.h"
 #include "transport/rendezvous.h"
 #include "transport/tcp/tcp_connector.h"
 
@@ -25,6 +26,9 @@ int pickFreePort();
 
 // Options for one rank of a loopback deployment; peers are set by the caller.
 tcp::TcpConnectorOptions baseOptions(Role role, int rank, int num_attention, int num_ffn, int store_port);
+
+// The frame limits of `o`, as its handshake announces them.
+FrameLimits limitsOf(const tcp::TcpConnectorOptions& o);
 
 // Fills `bytes` deterministically from `seed` (independent of the code under test).
 void fillBytes(void* data, size_t bytes, uint64_t seed);
@@ -55,8 +59,9 @@ auto runAsync(Fn fn) {
     return std::async(std::launch::async, std::move(fn));
 }
 
-// An attention rank that registers in the rendezvous and completes the hello to FFN peer `ffn_rank` by hand,
-// then writes whatever bytes a test wants on the data connection.
+// An attention rank that registers in the rendezvous and completes the hello to FFN peer `ffn_rank` by hand
+// (announcing the limits of `attention_options`, which must be the FFN's), then writes whatever bytes a test wants on
+// the data connection.
 struct RawAttentionPeer {
     std::unique_ptr<Rendezvous> rendezvous;
     core::UniqueFd fd;

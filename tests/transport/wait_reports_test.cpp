@@ -191,7 +191,8 @@ TEST(WaitReports, AnFfnRankNamesThePeersThatHaveNotConnected) {
     ASSERT_TRUE(listener.isOk()) << listener.status().toString();
     const HostPort endpoint{"127.0.0.1", listener->port};
     const std::vector<int> expected = {0, 1, 2};
-    const tcp::HandshakeIdentity self{Role::kFfn, 0, kFingerprint};
+    const FrameLimits limits{16, 4096};
+    const tcp::HandshakeIdentity self{Role::kFfn, 0, kFingerprint, limits};
     auto accepting = runAsync([&] {
         return tcp::acceptPeers(listener->fd.get(), endpoint.toString(), expected, self, deadlineAfter(900ms), nullptr,
                                 kInterval)
@@ -199,7 +200,7 @@ TEST(WaitReports, AnFfnRankNamesThePeersThatHaveNotConnected) {
     });
     std::this_thread::sleep_for(350ms);
     auto hello = tcp::connectAndHello(endpoint, PeerInfo{Role::kFfn, 0, endpoint.toString()},
-                                      {Role::kAttention, 1, kFingerprint}, deadlineAfter(5s), nullptr);
+                                      {Role::kAttention, 1, kFingerprint, limits}, deadlineAfter(5s), nullptr);
     ASSERT_TRUE(hello.isOk()) << hello.status().toString();
     const core::Status s = accepting.get();
     EXPECT_EQ(s.code(), core::StatusCode::kTimeout);

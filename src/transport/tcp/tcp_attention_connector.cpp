@@ -84,8 +84,10 @@ core::Status TcpAttentionConnector::sendStep(const StepHeader& header) {
     for (uint32_t i = 0; i < kMaxStages; ++i) {
         const uint32_t tokens = header.stage_tokens[i];
         if ((i >= header.num_stages && tokens != 0) || tokens > limits_.max_rows) {
-            return core::invalidArgument("step {} header: {} tokens in stage {} (stages {}, at most {} tokens)",
-                                         header.step, tokens, i, header.num_stages, limits_.max_rows);
+            return core::invalidArgument(
+                "step {} header: {} tokens in stage {} (stages {}, at most {} tokens: the limit agreed at the "
+                "handshake, from afd.max_num_tokens); nothing was sent",
+                header.step, tokens, i, header.num_stages, limits_.max_rows);
         }
     }
     for (uint32_t s = 0; s < kMaxStages; ++s) {

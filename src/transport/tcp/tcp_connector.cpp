@@ -38,7 +38,9 @@ RendezvousOptions rendezvousOptions(const TcpConnectorOptions& o) {
     return r;
 }
 
-HandshakeIdentity identity(const TcpConnectorOptions& o) { return {o.role, o.rank, o.fingerprint}; }
+HandshakeIdentity identity(const TcpConnectorOptions& o) {
+    return {o.role, o.rank, o.fingerprint, FrameLimits{o.max_rows, o.max_frame_bytes}};
+}
 
 }  // namespace
 

@@ -3,7 +3,8 @@
 // Setup: FFN rank 0 hosts the rendezvous store at store_host:store_port. Every FFN rank listens for data
 // connections on bind_host (an ephemeral port) and publishes advertise_host:port through the rendezvous as the
 // blob kEndpointBlob; every attention rank fetches it from each FFN peer, connects and says hello
-// (tcp_handshake.h). Either role may start first: all connects retry until rendezvous_timeout.
+// (tcp_handshake.h: the two ends agree on version, fingerprint and frame limits). Either role may start first: all
+// connects retry until rendezvous_timeout.
 #pragma once
 
 #include <chrono>
@@ -41,8 +42,10 @@ struct TcpConnectorOptions {
     // FFN rank 0: the caller hosts the rendezvous store at store_host:store_port already (RendezvousOptions).
     bool store_started = false;
     std::chrono::milliseconds step_timeout{30000};  // every wait inside a step
-    uint32_t max_rows = 0;                          // rows of any frame this rank receives
-    size_t max_frame_bytes = 0;                     // payload bytes of any data frame this rank receives
+    // The frame limits: rows of any frame and payload bytes of any data frame this rank receives. The handshake
+    // refuses a peer with other limits, so they bound what this rank sends as well.
+    uint32_t max_rows = 0;
+    size_t max_frame_bytes = 0;
     // Interrupts the rendezvous and the connection setup (e.g. on SIGTERM); may be null; must outlive the
     // factory call.
     const Canceller* setup_cancel = nullptr;

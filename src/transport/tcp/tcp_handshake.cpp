@@ -26,6 +26,27 @@ constexpr milliseconds kRejectWriteTimeout(1000);
 // Control frames carry no data-frame limits: a zero limit rejects any data frame.
 constexpr FrameLimits kNoDataLimits{0, 0};
 
+// Where the tcp backend takes the limits from (tcp_backend.cpp), so that a mismatch says what to change.
+constexpr std::string_view kMaxRowsSource = "afd.max_num_tokens";
+constexpr std::string_view kMaxFrameBytesSource =
+    "afd.max_num_tokens rows of the widest frame: the model's hidden_size, and num_experts_per_tok in m2n";
+
+// Empty when `a` and `b` agree; else what differs, with both ranks' values and the config keys behind them.
+std::string limitsMismatch(std::string_view a_name, const FrameLimits& a, std::string_view b_name,
+                           const FrameLimits& b) {
+    std::vector<std::string> parts;
+    if (a.max_rows != b.max_rows) {
+        parts.push_back(fmt::format("max rows per frame: {} has {}, {} has {} (from {})", a_name, a.max_rows, b_name,
+                                    b.max_rows, kMaxRowsSource));
+    }
+    if (a.max_frame_bytes != b.max_frame_bytes) {
+        parts.push_back(fmt::format("max payload bytes per data frame: {} has {}, {} has {} (from {})", a_name,
+                                    a.max_frame_bytes, b_name, b.max_frame_bytes, kMaxFrameBytesSource));
+    }
+    if (parts.empty()) return "";
+    return fmt::format("frame limits mismatch: {}", fmt::join(parts, "; "));
+}
+
 // A connection that has not completed its hello yet.
 struct Pending {
     core::UniqueFd fd;
@@ -66,10 +87,16 @@ core::Result<size_t> checkHello(const Pending& p, std::span<const int> expected_
     }
     const size_t index = static_cast<size_t>(it - expected_ranks.begin());
     if (accepted[index].valid()) return core::mismatch("{} is connected to {} already (duplicate hello)", me, them);
-    if (hello.fingerprint != self.fingerprint) {
-        return core::mismatch("fingerprint mismatch: {} has '{}', {} has '{}'", them, hello.fingerprint, me,
-                              self.fingerprint);
+    // Both checked, so that one answer names every difference.
+    std::vector<std::string> problems;
+    if (std::string limits = limitsMismatch(them, hello.limits, me, self.limits); !limits.empty()) {
+        problems.push_back(std::move(limits));
     }
+    if (hello.fingerprint != self.fingerprint) {
+        problems.push_back(fmt::format("fingerprint mismatch: {} has '{}', {} has '{}'", them, hello.fingerprint, me,
+                                       self.fingerprint));
+    }
+    if (!problems.empty()) return core::mismatch("{}", fmt::join(problems, "; "));
     return index;
 }
 
@@ -80,12 +107,22 @@ core::Result<core::UniqueFd> connectAndHello(const HostPort& endpoint, const Pee
                                              milliseconds report_every) {
     const std::string name = peer.describe();
     AFD_ASSIGN_OR_RETURN(core::UniqueFd fd, connectTcp(endpoint, deadline, cancel, name, report_every));
-    const std::vector<uint8_t> hello = encodeHelloFrame(self.role, self.rank, self.fingerprint);
+    const std::vector<uint8_t> hello = encodeHelloFrame(self.role, self.rank, self.fingerprint, self.limits);
     AFD_RETURN_IF_ERROR(sendAll(fd.get(), hello.data(), hello.size(), deadline, cancel, name));
     HeaderBytes head{};
     AFD_RETURN_IF_ERROR(recvAll(fd.get(), head.data(), head.size(), deadline, cancel, name));
     AFD_ASSIGN_OR_RETURN(FrameHeader header, decodeHeader(head, kNoDataLimits, name));
-    if (header.kind == FrameKind::kHelloAck) return fd;
+    if (header.kind == FrameKind::kHelloAck) {
+        std::array<uint8_t, kHelloAckPayloadBytes> payload{};
+        AFD_RETURN_IF_ERROR(recvAll(fd.get(), payload.data(), payload.size(), deadline, cancel, name));
+        AFD_ASSIGN_OR_RETURN(const FrameLimits theirs, decodeHelloAckPayload(payload, name));
+        // NOTE: an FFN rank of this version refuses other limits before it acknowledges; this guards against
+        // one that does not.
+        const std::string me = describeRank(self.role, self.rank);
+        const std::string limits = limitsMismatch(describeRank(peer.role, peer.rank), theirs, me, self.limits);
+        if (!limits.empty()) return core::mismatch("{} acknowledged the hello of {}, but: {}", name, me, limits);
+        return fd;
+    }
     if (header.kind == FrameKind::kError) {
         std::string text(header.payload_bytes, '\0');
         AFD_RETURN_IF_ERROR(recvAll(fd.get(), text.data(), text.size(), deadline, cancel, name));
@@ -189,7 +226,7 @@ core::Result<std::vector<core::UniqueFd>> acceptPeers(int listen_fd, std::string
                 reject(p, index.status().message(), &last_rejection);
                 continue;
             }
-            const std::vector<uint8_t> ack = encodeHelloAckFrame();
+            const std::vector<uint8_t> ack = encodeHelloAckFrame(self.limits);
             const core::Status sent = sendAll(p.fd.get(), ack.data(), ack.size(), deadline, cancel, peerLabel(p));
             if (!sent.isOk()) {
                 AFD_LOG_WARN("hello of {} not acknowledged: {}", peerLabel(p), sent.message());

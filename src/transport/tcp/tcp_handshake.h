@@ -1,7 +1,11 @@
 // The data-connection handshake of the tcp backend. Attention ranks connect to each FFN peer and send a hello
-// {protocol version, role, rank, fingerprint}; the FFN rank checks that the sender is an attention rank it
-// expects, not yet connected, of the same version and fingerprint, and answers hello_ack, or an error frame
-// whose text the attention rank reports.
+// {protocol version, role, rank, frame limits, fingerprint} (frame.h); the FFN rank checks that the sender is an
+// attention rank it expects, not yet connected, of the same version, frame limits and fingerprint, and answers
+// hello_ack carrying its own frame limits, or an error frame whose text the attention rank reports. The attention
+// rank checks the FFN's limits against its own in turn. Equal limits are the rule: each side then receives only
+// frames within its own limits and sends only frames within its peer's. A limits mismatch names both ranks, both
+// values and the config keys the limits come from (tcp_backend.cpp derives them from afd.max_num_tokens and the
+// model's frame widths).
 #pragma once
 
 #include <chrono>
@@ -12,6 +16,7 @@
 #include "core/status.h"
 #include "core/unique_fd.h"
 #include "transport/connector.h"
+#include "transport/frame.h"
 #include "transport/role.h"
 #include "transport/socket.h"
 
@@ -21,11 +26,12 @@ struct HandshakeIdentity {
     Role role = Role::kAttention;
     int rank = 0;
     std::string fingerprint;
+    FrameLimits limits;  // what this rank receives (and, being equal to its peers', sends)
 };
 
 // Attention side: connects to `peer` at `endpoint` (retrying until `deadline`, so the FFN may start later, and
 // logging every `report_every` that it still waits), says hello, and waits for the answer. kMismatch with the FFN's
-// text when it rejects the hello.
+// text when it rejects the hello, or when the FFN's hello_ack carries other frame limits than self.limits.
 core::Result<core::UniqueFd> connectAndHello(const HostPort& endpoint, const PeerInfo& peer,
                                              const HandshakeIdentity& self, Deadline deadline, const Canceller* cancel,
                                              std::chrono::milliseconds report_every = std::chrono::milliseconds(0));

@@ -267,8 +267,10 @@ core::Status checkPayload(std::string_view peer, FrameKind kind, const FrameKey&
                           const FrameLimits& limits) {
     const std::string_view kind_name = frameKindName(kind);
     if (payload.rows > limits.max_rows) {
-        return core::invalidArgument("{} frame to {} for layer {} stage {}: {} rows, at most {}", kind_name, peer,
-                                     key.layer, key.stage, payload.rows, limits.max_rows);
+        return core::invalidArgument(
+            "{} frame to {} for layer {} stage {}: {} rows, at most {} (the limit agreed with it at the handshake, "
+            "from afd.max_num_tokens); nothing was sent",
+            kind_name, peer, key.layer, key.stage, payload.rows, limits.max_rows);
     }
     if (payload.segments.size() > kMaxSegments) {
         return core::invalidArgument("{} frame to {} for layer {} stage {}: {} segments, at most {}", kind_name, peer,
@@ -288,8 +290,10 @@ core::Status checkPayload(std::string_view peer, FrameKind kind, const FrameKey&
         total += t.nbytes();
     }
     if (total > limits.max_frame_bytes) {
-        return core::invalidArgument("{} frame to {} for layer {} stage {}: {} payload bytes, at most {}", kind_name,
-                                     peer, key.layer, key.stage, total, limits.max_frame_bytes);
+        return core::invalidArgument(
+            "{} frame to {} for layer {} stage {}: {} payload bytes, at most {} (the limit agreed with it at the "
+            "handshake, from afd.max_num_tokens and the frame widths); nothing was sent",
+            kind_name, peer, key.layer, key.stage, total, limits.max_frame_bytes);
     }
     return core::Status::ok();
 }

@@ -182,8 +182,10 @@ core::Status pumpLinks(std::span<TcpLink* const> links, Deadline deadline, const
     return core::Status::ok();
 }
 
-// Checks an outgoing `payload` for `peer`: CPU tensors [rows, cols], rows ≤ limits.max_rows, at most
-// kMaxSegments, payload ≤ limits.max_frame_bytes. kInvalidArgument naming the peer and the segment.
+// Checks an outgoing `payload` for `peer` before any byte of it is sent: CPU tensors [rows, cols], rows ≤
+// limits.max_rows, at most kMaxSegments, payload ≤ limits.max_frame_bytes (the limits agreed with the peer at the
+// handshake, which it enforces on receipt). kInvalidArgument naming the peer, the segment or the limit; the
+// connection stays in step, so the caller may go on with a valid frame.
 core::Status checkPayload(std::string_view peer, FrameKind kind, const FrameKey& key, const FramePayload& payload,
                           const FrameLimits& limits);
 // Starts sending `payload` as a `kind` frame for `key`. Precondition: checkPayload() accepted it.
