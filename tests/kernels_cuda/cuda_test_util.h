@@ -9,7 +9,21 @@
 #include <random>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "core/bf16.h"
+#include "kernels/cuda/device_info.h"
+
+// Skips the calling test without a CUDA device, or on one that is not sm_90 (the kernels are built for sm_90a only).
+#define AFD_REQUIRE_SM90()                                                    \
+    do {                                                                      \
+        if (::afd::kernels::cuda::deviceCount() == 0) {                       \
+            GTEST_SKIP() << "no CUDA device";                                 \
+        }                                                                     \
+        if (::afd::kernels::cuda::deviceInfo(0).compute_major != 9) {         \
+            GTEST_SKIP() << "the kernels are built for sm_90a (Hopper) only"; \
+        }                                                                     \
+    } while (0)
 
 namespace afd::kernels::test {
 

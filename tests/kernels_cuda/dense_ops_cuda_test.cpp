@@ -28,16 +28,6 @@ using test::DeviceBuffer;
 
 constexpr double kBf16Tolerance = 1e-2;
 
-#define AFD_REQUIRE_SM90()                                                    \
-    do {                                                                      \
-        if (cuda::deviceCount() == 0) {                                       \
-            GTEST_SKIP() << "no CUDA device";                                 \
-        }                                                                     \
-        if (cuda::deviceInfo(0).compute_major < 9) {                          \
-            GTEST_SKIP() << "the kernels are built for sm_90a (Hopper) only"; \
-        }                                                                     \
-    } while (0)
-
 std::vector<float> randomFloats(size_t count, float scale, std::mt19937& rng) {
     std::uniform_real_distribution<float> dist(-scale, scale);
     std::vector<float> v(count);

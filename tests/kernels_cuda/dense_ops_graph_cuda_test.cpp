@@ -20,12 +20,7 @@ namespace {
 using test::DeviceBuffer;
 
 TEST(DenseOpsGraphCudaTest, CapturedOpsReplayAsEager) {
-    if (cuda::deviceCount() == 0) {
-        GTEST_SKIP() << "no CUDA device";
-    }
-    if (cuda::deviceInfo(0).compute_major < 9) {
-        GTEST_SKIP() << "the kernels are built for sm_90a (Hopper) only";
-    }
+    AFD_REQUIRE_SM90();
     // The tiny fixture's attention shapes, 8 tokens of a padded decode batch.
     const int64_t tokens = 8, vocab = 384, hidden = 64, heads = 4, kv_heads = 2, head_dim = 16;
     const int64_t width = (heads + 2 * kv_heads) * head_dim;

@@ -29,23 +29,6 @@ using test::Routing;
 
 constexpr double kBf16Tolerance = 1e-2;
 
-bool haveHopper() {
-    if (cuda::deviceCount() == 0) {
-        return false;
-    }
-    return cuda::deviceInfo(0).compute_major >= 9;
-}
-
-#define AFD_REQUIRE_HOPPER()                                       \
-    do {                                                           \
-        if (cuda::deviceCount() == 0) {                            \
-            GTEST_SKIP() << "no CUDA device";                      \
-        }                                                          \
-        if (!haveHopper()) {                                       \
-            GTEST_SKIP() << "the MoE kernels need sm_90 (Hopper)"; \
-        }                                                          \
-    } while (0)
-
 struct Case {
     std::string name;
     int64_t tokens, hidden, inter, experts, top_k;
@@ -256,7 +239,7 @@ PermuteResult checkPermutation(const Problem& p, const MoeWorkspaceView& v, int 
 }
 
 TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
-    AFD_REQUIRE_HOPPER();
+    AFD_REQUIRE_SM90();
     std::mt19937 rng(20240611);
     for (const Case& c : cases()) {
         SCOPED_TRACE(c.name);
@@ -361,7 +344,7 @@ TEST(MoeCudaTest, StagesAndLayerMatchCpuOnManyShapesAndConfigs) {
 // The layer captured once in a CUDA graph reads the routing at replay time: new ids, same graph, new result.
 // 2800 entries take the chunked permute; 80 entries the routing fused into the GEMM kernels.
 TEST(MoeCudaTest, GraphReplayFollowsNewRouting) {
-    AFD_REQUIRE_HOPPER();
+    AFD_REQUIRE_SM90();
     std::mt19937 rng(77);
     for (const int64_t tokens : {700, 20}) {
         SCOPED_TRACE(testing::Message() << "T " << tokens);
@@ -399,7 +382,7 @@ TEST(MoeCudaTest, GraphReplayFollowsNewRouting) {
 // A GEMM stage replayed alone (as the benchmark times it) after a whole layer finds its dynamic-schedule counters
 // reset by its own previous launch: every replay serves every item and gives the same bits.
 TEST(MoeCudaTest, StagesReplayedAloneServeEveryItem) {
-    AFD_REQUIRE_HOPPER();
+    AFD_REQUIRE_SM90();
     std::mt19937 rng(91);
     Problem p({"replay", 900, 256, 128, 8, 4, Routing::kSkewed}, rng);
     const MoeParams params = p.params();
@@ -438,7 +421,7 @@ TEST(MoeCudaTest, StagesReplayedAloneServeEveryItem) {
 // MoeParams::out_f32: the same sums, unrounded. Rounded to bf16 they are the bf16 layer's output bit for bit, for the
 // combine kernel, the combine by part and where bf16 output takes the fused combine (which FP32 sums never take).
 TEST(MoeCudaTest, Fp32SumsRoundToTheBf16LayersOutput) {
-    AFD_REQUIRE_HOPPER();
+    AFD_REQUIRE_SM90();
     std::mt19937 rng(77);
     for (const Case& c : {Case{"fused_combine_T1", 1, 64, 32, 8, 2, Routing::kUniform},
                           Case{"qwen3_T1", 1, 2048, 768, 128, 8, Routing::kUniform},
@@ -469,7 +452,7 @@ TEST(MoeCudaTest, Fp32SumsRoundToTheBf16LayersOutput) {
 // of 44; a width of 7, not even a multiple of 8): packed from their row-major tensors at moePackedWidth with zeros, the
 // layer at the packed width gives the unpadded layer's output.
 TEST(MoeCudaTest, NarrowWidthsPackedWithZerosGiveTheUnpaddedLayer) {
-    AFD_REQUIRE_HOPPER();
+    AFD_REQUIRE_SM90();
     std::mt19937 rng(31);
     for (const Case& c : {Case{"moe_width_16", 37, 64, 16, 64, 8, Routing::kUniform},
                           Case{"dense_width_44", 21, 128, 44, 1, 1, Routing::kOneExpert},

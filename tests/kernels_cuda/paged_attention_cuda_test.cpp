@@ -30,16 +30,6 @@ using test::PagedProblem;
 constexpr double kTolerance = 1e-2;
 constexpr double kChunkTolerance = 2e-2;
 
-#define AFD_REQUIRE_HOPPER()                                                  \
-    do {                                                                      \
-        if (cuda::deviceCount() == 0) {                                       \
-            GTEST_SKIP() << "no CUDA device";                                 \
-        }                                                                     \
-        if (cuda::deviceInfo(0).compute_major != 9) {                         \
-            GTEST_SKIP() << "the kernels are built for sm_90a (Hopper) only"; \
-        }                                                                     \
-    } while (0)
-
 std::string describe(const AttentionShape& s) {
     return "H " + std::to_string(s.num_heads) + " Hkv " + std::to_string(s.num_kv_heads) + " D " +
            std::to_string(s.head_dim) + " bs " + std::to_string(s.block_size);
@@ -84,7 +74,7 @@ const std::vector<AttentionShape>& shapes() {
 }
 
 TEST(PagedAttentionCudaTest, DecodeMatchesCpuReference) {
-    AFD_REQUIRE_HOPPER();
+    AFD_REQUIRE_SM90();
     std::mt19937 rng(2901);
     for (const AttentionShape& shape : shapes()) {
         const bool qwen = shape.num_heads == 32 && shape.num_kv_heads == 4;
@@ -106,7 +96,7 @@ TEST(PagedAttentionCudaTest, DecodeMatchesCpuReference) {
 
 // A host bound above every real length (as a captured graph has): more splits than any chunk fills.
 TEST(PagedAttentionCudaTest, DecodeWithLooseLengthBound) {
-    AFD_REQUIRE_HOPPER();
+    AFD_REQUIRE_SM90();
     std::mt19937 rng(2902);
     const AttentionShape shape{32, 4, 128, 16};
     const PagedProblem problem = test::makePagedProblem(shape, decodeBatch(5, 700, rng), rng, 16384 / 16);
@@ -114,7 +104,7 @@ TEST(PagedAttentionCudaTest, DecodeWithLooseLengthBound) {
 }
 
 TEST(PagedAttentionCudaTest, DecodeLongContextManySplits) {
-    AFD_REQUIRE_HOPPER();
+    AFD_REQUIRE_SM90();
     std::mt19937 rng(2903);
     for (const AttentionShape& shape :
          {AttentionShape{32, 4, 128, 16}, AttentionShape{32, 4, 128, 128}, AttentionShape{8, 1, 64, 64}}) {
@@ -126,7 +116,7 @@ TEST(PagedAttentionCudaTest, DecodeLongContextManySplits) {
 
 // Padding rows of a replayed graph (seq_len 0) get zeros; chunks without rows are passed over.
 TEST(PagedAttentionCudaTest, DecodePaddingChunksWriteZeros) {
-    AFD_REQUIRE_HOPPER();
+    AFD_REQUIRE_SM90();
     std::mt19937 rng(2904);
     for (const AttentionShape& shape : {AttentionShape{32, 4, 128, 16}, AttentionShape{64, 2, 64, 32}}) {
         SCOPED_TRACE(describe(shape));
@@ -162,7 +152,7 @@ std::vector<std::vector<ChunkSpec>> prefillCases(std::mt19937& rng) {
 }
 
 TEST(PagedAttentionCudaTest, PrefillMatchesCpuReference) {
-    AFD_REQUIRE_HOPPER();
+    AFD_REQUIRE_SM90();
     std::mt19937 rng(2905);
     const std::vector<std::vector<ChunkSpec>> cases = prefillCases(rng);
     for (const AttentionShape& shape : shapes()) {
@@ -183,7 +173,7 @@ TEST(PagedAttentionCudaTest, PrefillMatchesCpuReference) {
 // Only 1-row chunks through the prefill kernel (a mixed step's decode rows), and a loose q-length bound.
 // Decode rows in a call with prefill chunks (a mixed step): the decode kernel serves them, the prefill kernel the rest.
 TEST(PagedAttentionCudaTest, DecodeRowsOfAMixedCall) {
-    AFD_REQUIRE_HOPPER();
+    AFD_REQUIRE_SM90();
     std::mt19937 rng(2906);
     for (const AttentionShape& shape : {AttentionShape{32, 4, 128, 16}, AttentionShape{8, 8, 64, 64}}) {
         for (PagedPrefillKernel kernel : prefillKernels(shape.head_dim)) {
@@ -219,7 +209,7 @@ PagedProblem subProblem(const PagedProblem& problem, const std::vector<int>& kee
 // Batch invariance: a decode row's output is the same bits alone, beside other decode rows (with the tight bound and
 // with a graph's loose one) and beside prefill chunks; lengths around the split sizes.
 TEST(PagedAttentionCudaTest, DecodeRowsAreBatchInvariant) {
-    AFD_REQUIRE_HOPPER();
+    AFD_REQUIRE_SM90();
     std::mt19937 rng(2910);
     const AttentionShape shape{32, 4, 128, 16};
     const std::vector<ChunkSpec> chunks = {{1, 1},    {100, 300}, {1, 255},  {1, 256},   {1, 257}, {37, 37},
@@ -253,7 +243,7 @@ TEST(PagedAttentionCudaTest, DecodeRowsAreBatchInvariant) {
 // A long sequence prefilled in pieces (each call: the next rows against the cache written so far) gives what one call
 // over the whole sequence gives, and both match the reference.
 TEST(PagedAttentionCudaTest, ChunkedPrefillMatchesOneShot) {
-    AFD_REQUIRE_HOPPER();
+    AFD_REQUIRE_SM90();
     std::mt19937 rng(2907);
     for (const AttentionShape& shape :
          {AttentionShape{32, 4, 128, 16}, AttentionShape{8, 2, 256, 64}, AttentionShape{4, 4, 32, 32}}) {
@@ -327,7 +317,7 @@ void checkGraphReplays(const AttentionShape& shape, int max_seqs, int max_q_len,
 }
 
 TEST(PagedAttentionCudaTest, DecodeGraphReplaysNewLengths) {
-    AFD_REQUIRE_HOPPER();
+    AFD_REQUIRE_SM90();
     std::mt19937 rng(2908);
     const AttentionShape shape{32, 4, 128, 16};
     checkGraphReplays(shape, 4, 1, 8192,
@@ -338,7 +328,7 @@ TEST(PagedAttentionCudaTest, DecodeGraphReplaysNewLengths) {
 }
 
 TEST(PagedAttentionCudaTest, PrefillGraphReplaysNewLengths) {
-    AFD_REQUIRE_HOPPER();
+    AFD_REQUIRE_SM90();
     std::mt19937 rng(2909);
     checkGraphReplays(AttentionShape{32, 4, 128, 64}, 3, 256, 1024,
                       {{{256, 256}, {1, 700}, {0, 0}}, {{10, 1000}, {100, 100}, {1, 1}}, {{3, 0}, {256, 1024}, {7, 9}}},

@@ -78,12 +78,7 @@ QkvReference referenceQkv(const QkvCase& c, const std::vector<core::Bf16>& qkv, 
 }
 
 TEST(QkvRopeCudaTest, MatchesCpuAndWritesOnlyMappedSlots) {
-    if (cuda::deviceCount() == 0) {
-        GTEST_SKIP() << "no CUDA device";
-    }
-    if (cuda::deviceInfo(0).compute_major < 9) {
-        GTEST_SKIP() << "the kernels are built for sm_90a (Hopper) only";
-    }
+    AFD_REQUIRE_SM90();
     const std::vector<QkvCase> cases = {
         {24, 32, 4, 128, 16, 8, false, true},    // Qwen3-30B-A3B
         {700, 32, 4, 128, 16, 64, false, true},  // a prefill chunk of it
@@ -237,12 +232,7 @@ struct PaddedCase {
 };
 
 TEST(QkvRopeCudaTest, PaddedHeadsComputeTheModelsLanesAndZeroTheRest) {
-    if (cuda::deviceCount() == 0) {
-        GTEST_SKIP() << "no CUDA device";
-    }
-    if (cuda::deviceInfo(0).compute_major < 9) {
-        GTEST_SKIP() << "the kernels are built for sm_90a (Hopper) only";
-    }
+    AFD_REQUIRE_SM90();
     const std::vector<PaddedCase> cases = {
         {11, 8, 8, 16, 8, false, true, true},    // hf_crosscheck's mha_headdim8, FP32 projection (the engine's)
         {9, 8, 1, 16, 8, true, true, false},     // GQA 8:1 at head_dim 8, bias, BF16 projection

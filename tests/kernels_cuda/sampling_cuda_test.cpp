@@ -25,16 +25,6 @@ using test::RowSampling;
 
 constexpr int64_t kQwenVocab = 151936;
 
-#define AFD_REQUIRE_SM90()                                                    \
-    do {                                                                      \
-        if (cuda::deviceCount() == 0) {                                       \
-            GTEST_SKIP() << "no CUDA device";                                 \
-        }                                                                     \
-        if (cuda::deviceInfo(0).compute_major < 9) {                          \
-            GTEST_SKIP() << "the kernels are built for sm_90a (Hopper) only"; \
-        }                                                                     \
-    } while (0)
-
 std::vector<float> normalRow(int64_t vocab, float stddev, std::mt19937& rng) {
     std::normal_distribution<float> dist(0.0f, stddev);
     std::vector<float> row(static_cast<size_t>(vocab));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cuda/device_info.h"
+#include "kernels_cuda/cuda_test_util.h"
 #include "kernels_cuda/sampling_test_util.h"
 
 namespace afd::kernels {
@@ -21,16 +22,6 @@ using test::RowSampling;
 
 constexpr int kDraws = 20000;
 constexpr int kRowsPerLaunch = 2000;
-
-#define AFD_REQUIRE_SM90()                                                    \
-    do {                                                                      \
-        if (cuda::deviceCount() == 0) {                                       \
-            GTEST_SKIP() << "no CUDA device";                                 \
-        }                                                                     \
-        if (cuda::deviceInfo(0).compute_major < 9) {                          \
-            GTEST_SKIP() << "the kernels are built for sm_90a (Hopper) only"; \
-        }                                                                     \
-    } while (0)
 
 // kDraws draws of one row with settings s, offsets 0 .. kDraws - 1.
 std::vector<int32_t> drawMany(const std::vector<float>& row, const RowSampling& s) {

@@ -11,31 +11,12 @@
 #include "core/bf16.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/dense_stages.h"
+#include "kernels/cuda/qkv_rope_args.cuh"
 
 namespace afd::kernels::cuda {
 namespace {
 
 constexpr int kMaxThreads = 512;
-
-struct QkvArgs {
-    const void* qkv;  // bf16 or fp32 (the kernel's kF32In)
-    const uint16_t* bias;
-    const uint16_t* q_norm;
-    const uint16_t* k_norm;
-    const int32_t* positions;
-    const float* rope_cos;
-    const float* rope_sin;
-    const int32_t* slot_mapping;
-    uint16_t* q_out;
-    uint16_t* k_cache;
-    uint16_t* v_cache;
-    int64_t max_position;
-    int64_t num_slots;  // num_blocks * block_size
-    int num_heads;
-    int num_kv_heads;
-    int head_dim;
-    float eps;
-};
 
 __device__ __forceinline__ void load8(const uint16_t* src, float (&v)[8]) {
     const uint4 packed = *reinterpret_cast<const uint4*>(src);
@@ -84,7 +65,7 @@ __device__ __forceinline__ void loadIn8(const void* row, int64_t offset, float (
 }
 
 template <bool kF32In>
-__global__ void __launch_bounds__(kMaxThreads) qkvRopeKernel(QkvArgs a) {
+__global__ void __launch_bounds__(kMaxThreads) qkvRopeKernel(QkvRopeArgs a) {
     const int64_t t = blockIdx.x;
     const int hd = a.head_dim;
     const int half = hd / 2;
@@ -189,24 +170,7 @@ __global__ void __launch_bounds__(kMaxThreads) qkvRopeKernel(QkvArgs a) {
 }  // namespace
 
 cudaError_t enqueueQkvRope(const QkvRopeParams& p, cudaStream_t stream) {
-    QkvArgs a;
-    a.qkv = p.qkv;
-    a.bias = reinterpret_cast<const uint16_t*>(p.qkv_bias);
-    a.q_norm = reinterpret_cast<const uint16_t*>(p.q_norm);
-    a.k_norm = reinterpret_cast<const uint16_t*>(p.k_norm);
-    a.positions = p.positions;
-    a.rope_cos = p.rope_cos;
-    a.rope_sin = p.rope_sin;
-    a.slot_mapping = p.slot_mapping;
-    a.q_out = reinterpret_cast<uint16_t*>(p.q_out);
-    a.k_cache = reinterpret_cast<uint16_t*>(p.k_cache);
-    a.v_cache = reinterpret_cast<uint16_t*>(p.v_cache);
-    a.max_position = p.max_position;
-    a.num_slots = p.num_blocks * p.block_size;
-    a.num_heads = static_cast<int>(p.num_heads);
-    a.num_kv_heads = static_cast<int>(p.num_kv_heads);
-    a.head_dim = static_cast<int>(p.head_dim);
-    a.eps = p.eps;
+    const QkvRopeArgs a = qkvRopeArgs(p);
     const int qk_items = (a.num_heads + a.num_kv_heads) * (a.head_dim / 16);
     const int threads = std::min(kMaxThreads, (qk_items + 31) / 32 * 32);
     if (p.qkv_dtype == ActDType::kF32) {

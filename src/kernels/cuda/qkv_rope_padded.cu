@@ -9,32 +9,12 @@
 
 #include "core/bf16.h"
 #include "kernels/cuda/dense_stages.h"
+#include "kernels/cuda/qkv_rope_args.cuh"
 
 namespace afd::kernels::cuda {
 namespace {
 
 constexpr int kMaxThreads = 256;
-
-struct PaddedQkvArgs {
-    const void* qkv;  // bf16 or fp32 (the kernel's kF32In)
-    const uint16_t* bias;
-    const uint16_t* q_norm;
-    const uint16_t* k_norm;
-    const int32_t* positions;
-    const float* rope_cos;  // [max_position, rope_dim / 2]
-    const float* rope_sin;
-    const int32_t* slot_mapping;
-    uint16_t* q_out;
-    uint16_t* k_cache;
-    uint16_t* v_cache;
-    int64_t max_position;
-    int64_t num_slots;  // num_blocks * block_size
-    int num_heads;
-    int num_kv_heads;
-    int head_dim;  // the stored heads' lanes
-    int rope_dim;  // the model's head_dim
-    float eps;
-};
 
 __device__ __forceinline__ float bf16ToFloat(uint16_t bits) {
     return __uint_as_float(static_cast<uint32_t>(bits) << 16);
@@ -50,7 +30,7 @@ __device__ __forceinline__ float loadIn(const void* qkv, int64_t i) {
 }
 
 template <bool kF32In>
-__global__ void __launch_bounds__(kMaxThreads) qkvRopePaddedKernel(PaddedQkvArgs a) {
+__global__ void __launch_bounds__(kMaxThreads) qkvRopePaddedKernel(QkvRopeArgs a) {
     const int64_t t = blockIdx.x;
     const int hd = a.head_dim;
     const int rd = a.rope_dim;
@@ -125,25 +105,7 @@ __global__ void __launch_bounds__(kMaxThreads) qkvRopePaddedKernel(PaddedQkvArgs
 }  // namespace
 
 cudaError_t enqueueQkvRopePadded(const QkvRopeParams& p, cudaStream_t stream) {
-    PaddedQkvArgs a;
-    a.qkv = p.qkv;
-    a.bias = reinterpret_cast<const uint16_t*>(p.qkv_bias);
-    a.q_norm = reinterpret_cast<const uint16_t*>(p.q_norm);
-    a.k_norm = reinterpret_cast<const uint16_t*>(p.k_norm);
-    a.positions = p.positions;
-    a.rope_cos = p.rope_cos;
-    a.rope_sin = p.rope_sin;
-    a.slot_mapping = p.slot_mapping;
-    a.q_out = reinterpret_cast<uint16_t*>(p.q_out);
-    a.k_cache = reinterpret_cast<uint16_t*>(p.k_cache);
-    a.v_cache = reinterpret_cast<uint16_t*>(p.v_cache);
-    a.max_position = p.max_position;
-    a.num_slots = p.num_blocks * p.block_size;
-    a.num_heads = static_cast<int>(p.num_heads);
-    a.num_kv_heads = static_cast<int>(p.num_kv_heads);
-    a.head_dim = static_cast<int>(p.head_dim);
-    a.rope_dim = static_cast<int>(p.rope_dim);
-    a.eps = p.eps;
+    const QkvRopeArgs a = qkvRopeArgs(p);
     const int heads = a.num_heads + 2 * a.num_kv_heads;
     const int threads = std::min(kMaxThreads, (heads + 31) / 32 * 32);
     const auto grid = static_cast<unsigned>(p.num_tokens);
