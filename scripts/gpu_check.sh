@@ -30,7 +30,9 @@
 #                  "tokenizer": tokenizer_bench beside HF tokenizers (bench/peers/hf_tokenize.py; needs the tokenizer
 #                  in third_party/tokenizer and AFD_EXTRA_TARGETS=tokenizer_bench); "serve": `afd serve` under
 #                  `afd bench serve` (scripts/serve_gpu.sh); "gemm": `afd bench gemm` (every cuBLASLt algorithm of
-#                  the attention side's GEMMs at decode row counts)
+#                  the attention side's GEMMs at decode row counts); "afd": both roles on one GPU over cuda_ipc under MPS
+#                  (scripts/gpu_afd.sh: the device connector's tests, `afd bench transport`, greedy ids against the
+#                  dense GPU engine in graph / eager / DBO modes, a killed FFN rank, full-size decode dense vs AFD)
 #   AFD_REPS       timed replays per point (default 100; the peers use half)
 #   AFD_WARMUP_MS  device time of warm-up before each timed series, ours and the peers' (default: the benchmarks' own,
 #                  300 ms, the steady state under the power cap; 0: burst clocks)
@@ -63,12 +65,12 @@ else
         cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" -DAFD_CUDA=ON \
             -DAFD_BUILD_FUZZ=OFF -DAFD_BUILD_BENCH=ON ${nccl_root:+-DAFD_NCCL_ROOT=$nccl_root} &&
             timeout 480 ninja -C "$build" kernels_cuda_tests ffn_tests attention_cuda_tests cli_tests lab_tests afd \
-                attention_bench ${AFD_EXTRA_TARGETS:-}
+                attention_bench transport_cuda_tests ${AFD_EXTRA_TARGETS:-}
     } >>"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; echo "gpu_check: build failed"; exit 1; }
     grep -E "registers|spill|C75" "$out/build.log" | sort | uniq -c | head -40
     mkdir -p "$build/bin" && cp "$build/src/afd" "$build/tests/kernels_cuda_tests" "$build/tests/ffn_tests" \
         "$build/tests/attention_cuda_tests" "$build/tests/cli_tests" "$build/tests/lab_tests" \
-        "$build/bench/attention/attention_bench" "$build/bin/"
+        "$build/tests/transport_cuda_tests" "$build/bench/attention/attention_bench" "$build/bin/"
     [ -x "$build/bench/tokenizer_bench" ] && cp "$build/bench/tokenizer_bench" "$build/bin/"
     bin="$build/bin"
 fi
@@ -369,6 +371,12 @@ if has_phase tokenizer && [ -x "$bin/tokenizer_bench" ]; then
         --check-ids /tmp/afd_ids.json >>"$out/tokenizer.log" 2>&1
     echo "hf_tokenize exit $?"
     tail -30 "$out/tokenizer.log"
+fi
+if has_phase afd; then
+    stamp "GPU AFD over cuda_ipc (scripts/gpu_afd.sh)"
+    timeout "${AFD_T_AFD:-1500}" "$root/scripts/gpu_afd.sh" "$bin" "$out" >"$out/gpu_afd.log" 2>&1
+    echo "gpu_afd exit $?"
+    tail -40 "$out/gpu_afd.log"
 fi
 stamp "summary"
 if has_phase bench || has_phase peers; then

@@ -9,6 +9,9 @@
 #include "attention/device_ops_factory.h"
 #include "attention/local_mlp_backend.h"
 #include "attention/remote_mlp_backend.h"
+#if defined(AFD_HAVE_CUDA_ATTENTION)
+#include "attention/cuda/device_remote_mlp_backend.h"
+#endif
 #include "attention/weights_loading.h"
 #include "core/check.h"
 #include "core/logging.h"
@@ -52,11 +55,6 @@ core::Result<std::unique_ptr<AttentionRank>> AttentionRank::configure(ModelSourc
         return core::invalidArgument("afd.num_ffn_ranks {} exceeds the model's {} experts", afd.num_ffn_ranks,
                                      config.num_experts);
     }
-    if (!src.checkpoint) {
-        return core::invalidArgument(
-            "--random-weights runs the dense engine only: the FFN ranks of an AFD deployment load their experts from a "
-            "checkpoint (write one with `afd gen-model`)");
-    }
     core::setLogTag(fmt::format("attention:{}", o.attention_rank));
     return rank;
 }
@@ -67,7 +65,10 @@ core::Status AttentionRank::load() {
     const core::Device device = options_.device;
     const bool gpu = !device.isCpu();
     const bool afd = isAfd();
-    if (afd) {
+    if (afd && source_.random_weights) {
+        // Every rank draws its share of the same random weights from the seed (the FFN ranks' `--random-weights`).
+        model_fingerprint_ = model::randomModelFingerprint(config, source_.weights_seed);
+    } else if (afd) {
         AFD_ASSIGN_OR_RETURN(model_fingerprint_, model::modelFingerprint(config, *source_.checkpoint));
     }
     AFD_ASSIGN_OR_RETURN(ops_, createDeviceOps(device, options_.cpu_precision));
@@ -122,7 +123,27 @@ core::Status AttentionRank::startEngine() {
     const model::ModelConfig& config = source_.config;
     if (isAfd()) {
         const transport::AfdConfig& afd = *options_.afd;
-        backend_ = std::make_unique<RemoteMlpBackend>(config, weights_, afd.mode(), afd.topology(), *connector_, *ops_);
+        const auto capabilities = transport::connectorCapabilities(afd.connector);
+        if (capabilities && capabilities->needsCudaDevice()) {
+#if defined(AFD_HAVE_CUDA_ATTENTION)
+            try {
+                backend_ = std::make_unique<DeviceRemoteMlpBackend>(config, weights_, afd.mode(), afd.topology(),
+                                                                    *connector_, ops_->device().index, ops_->stream(),
+                                                                    capabilities->graph_capturable);
+            } catch (const core::Error& e) {
+                return core::invalidArgument("the device AFD backend on {}: {}", ops_->device().toString(), e.what());
+            }
+#else
+            return core::invalidArgument("afd.connector \"{}\" needs the GPU attention side, which this build lacks",
+                                         transport::connectorName(afd.connector));
+#endif
+        } else {
+            backend_ =
+                std::make_unique<RemoteMlpBackend>(config, weights_, afd.mode(), afd.topology(), *connector_, *ops_);
+        }
+        if (options_.wrap_backend) {
+            AFD_ASSIGN_OR_RETURN(backend_, options_.wrap_backend(std::move(backend_), config, weights_, *ops_));
+        }
     }
     AFD_ASSIGN_OR_RETURN(engine_, Engine::create(config, weights_, *ops_, *backend_, engine_options_));
     state_ = State::kReady;

@@ -69,7 +69,7 @@ struct AttentionRankOptions {
     // ranks). Unset: the dense engine (every layer here).
     std::optional<transport::AfdConfig> afd;
     int attention_rank = 0;
-    BackendWrapper wrap_backend;         // the dense engine only; optional
+    BackendWrapper wrap_backend;         // optional: wraps the MLP backend (local or remote) once it is made
     ConnectorFactory connector_factory;  // AFD only; optional (tests put a fake connector here)
     // AFD: cancels the rendezvous and connection setup in connect() (e.g. on SIGTERM). Optional; outlives connect().
     const transport::Canceller* setup_cancel = nullptr;

@@ -183,6 +183,10 @@ StepOutput Engine::runStep() {
     sampled_.resize(sample_requests_.size());
     ops_.sample(logits, sample_requests_, sampled_);
     ops_.synchronize();  // the prompt logits copies
+    if (const core::Status completed = backend_.checkStepCompleted(); !completed.isOk()) {
+        failStep(scheduled, completed, out);
+        return out;
+    }
     out.tokens.reserve(sampled_.size());
     row = 0;
     for (const auto& c : scheduled.chunks) {

@@ -29,6 +29,12 @@ struct StepPlan {
     // is read on the device, so a replayed graph sees each step's count. No data (the default): every row is real.
     core::Tensor num_valid_tokens;
     bool padded() const { return num_valid_tokens.rawData() != nullptr; }
+    // StepFlag bits (transport/frame.h) for a remote backend's step header: warm-up runs before a capture carry
+    // kStepWarmup | kStepCapture (this shape will be replayed).
+    uint32_t flags = 0;
+    // The calls are being recorded into a CUDA graph, not run: host work a replay must repeat (a step header) is left
+    // to beforeReplay.
+    bool capturing = false;
 };
 
 class MlpBackend {
@@ -39,6 +45,12 @@ public:
     // it once. Backends that allocate nothing need not override it.
     virtual void reserve(const StepLimits& limits) { (void)limits; }
     virtual core::Status beginStep(const StepPlan& plan) = 0;
+    // Before each replay of a graph captured over beginStep ... endStep (plan.capturing): the host work of the
+    // replayed step (`plan`: its step id, its bucket's rows and padding count). Backends with none need not override.
+    virtual core::Status beforeReplay(const StepPlan& plan) {
+        (void)plan;
+        return core::Status::ok();
+    }
     // x [n, H] (the ops' activation dtype, on the ops' device) stays valid and unmodified until the matching collect
     // returns; the result goes to out [n, H] FP32 on the same device, written as seen from the ops' stream once
     // collect returns. Tensors are handles: `out` is written through.
@@ -50,6 +62,10 @@ public:
     // cannot serve again (the engine then fails every request and reports itself unhealthy, keeping the step error's
     // code). The default suits backends that keep nothing across calls.
     virtual core::Status resetAfterFailedStep() { return core::Status::ok(); }
+    // After the engine has synchronised the ops' stream at the end of a step: whether the step's device work really
+    // completed (a device connector's waits may have ended on a lost peer or a timeout, leaving `out` unwritten). An
+    // error fails the step as if a call above had returned it. Backends whose calls report everything return ok.
+    virtual core::Status checkStepCompleted() { return core::Status::ok(); }
     // Whether submit and collect only enqueue work on the ops' stream (no host synchronisation, no host-side
     // dependence on the data), so that a step's layers can be captured in a CUDA graph and replayed.
     virtual bool capturable() const = 0;

@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/rope.h"
+#include "transport/frame.h"
 
 namespace afd::attention {
 namespace {
@@ -143,7 +144,12 @@ core::Result<core::Tensor> ModelRunner::forward(const ForwardBatch& batch, uint6
         if (const auto bucket = graphBucketFor(graph_sizes_, batch.numTokens())) {
             padded_ = batch;
             padDecodeBatch(padded_, *bucket);
-            (void)upload(padded_);
+            const StepTensors st = upload(padded_);
+            StepPlan plan;
+            plan.step = step;
+            plan.stage_tokens = {*bucket};
+            plan.num_valid_tokens = st.num_valid;
+            AFD_RETURN_IF_ERROR(backend_.beforeReplay(plan));
             ops_.replayGraph(*bucket);
             ++graph_replays_;
             return logits_.slice(0, batch.numTokens());
@@ -167,9 +173,12 @@ core::Status ModelRunner::captureDecodeGraphs() {
         const ForwardBatch dummy = paddingDecodeBatch(rows, limits_.block_table_width, max_seq_len);
         const StepTensors tensors = upload(dummy);
         // NOTE: an eager run first, so that one-time work (module loading, library setup) happens outside the capture.
-        AFD_RETURN_IF_ERROR(run(tensors, 0, false).status());
+        // A remote backend's peers serve it as a step of this shape that will be replayed (they may capture theirs).
+        AFD_RETURN_IF_ERROR(run(tensors, 0, false, transport::kStepWarmup | transport::kStepCapture).status());
         ops_.synchronize();  // the next upload rewrites the host staging this one's copies read
-        AFD_RETURN_IF_ERROR(ops_.captureGraph(rows, [&] { return run(tensors, 0, false).status(); }));
+        AFD_RETURN_IF_ERROR(backend_.checkStepCompleted());
+        AFD_RETURN_IF_ERROR(
+            ops_.captureGraph(rows, [&] { return run(tensors, 0, false, 0, /*capturing=*/true).status(); }));
     }
     ops_.synchronize();
     graph_sizes_ = limits_.graph_batch_sizes;
@@ -180,13 +189,16 @@ core::Status ModelRunner::captureDecodeGraphs() {
     return core::Status::ok();
 }
 
-core::Result<core::Tensor> ModelRunner::run(const StepTensors& st, uint64_t step, bool last) {
+core::Result<core::Tensor> ModelRunner::run(const StepTensors& st, uint64_t step, bool last, uint32_t flags,
+                                            bool capturing) {
     const int64_t T = st.tokens.numel();
     ops_.embedding(st.tokens, weights_.embed, hidden_.slice(0, T));
 
     StepPlan plan;
     plan.step = step;
     plan.last = last;
+    plan.flags = flags;
+    plan.capturing = capturing;
     for (const auto& stage : st.stages) plan.stage_tokens.push_back(stage.end - stage.begin);
     if (st.padded) {
         AFD_CHECK(st.stages.size() == 1, "model runner: a padded step has one stage, got {}", st.stages.size());

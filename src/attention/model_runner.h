@@ -49,7 +49,9 @@ public:
     // give the same views, so a run captured in a CUDA graph (with a capturable backend) can be replayed after a
     // later upload of a batch of that shape.
     StepTensors upload(const ForwardBatch& batch) { return step_buffers_.upload(batch); }
-    core::Result<core::Tensor> run(const StepTensors& tensors, uint64_t step, bool last);
+    // `flags` (StepFlag bits) and `capturing` go to the backend's StepPlan.
+    core::Result<core::Tensor> run(const StepTensors& tensors, uint64_t step, bool last, uint32_t flags = 0,
+                                   bool capturing = false);
 
     // Captures, for each bucket of limits.graph_batch_sizes, a graph of run() over a batch of that many padding
     // decode rows (after one eager run of it, so that nothing is first done inside the capture). Needs

@@ -55,7 +55,7 @@ void addEngineLimitFlags(CLI::App& cmd, AttentionFlags& flags) {
            "KV cache budget in MiB when --num-kv-blocks is 0 (default: 1024 on the CPU; on a GPU what "
            "--gpu-memory-utilization leaves)")
         ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
-    cmd.add_flag("--dbo", flags.engine.dual_batch_overlap, "split each step into two stages");
+    cmd.add_flag("--dbo,--enable-dbo", flags.engine.dual_batch_overlap, "split each step into two stages");
 }
 
 void addAfdFlags(CLI::App& cmd, AttentionFlags& flags) {
@@ -71,11 +71,6 @@ core::Result<AttentionSetup> resolveAttentionFlags(const AttentionFlags& flags) 
     if (*afd && (flags.attention_rank < 0 || flags.attention_rank >= (*afd)->num_attention_ranks)) {
         return core::invalidArgument("--attention-rank {} must be in [0, afd.num_attention_ranks={})",
                                      flags.attention_rank, (*afd)->num_attention_ranks);
-    }
-    if (*afd && flags.model.random_weights) {
-        return core::invalidArgument(
-            "--random-weights runs the dense engine only: the FFN ranks of an AFD deployment load their experts from a "
-            "checkpoint (write one with `afd gen-model`)");
     }
     const int rank = *afd ? flags.attention_rank : 0;
     AFD_ASSIGN_OR_RETURN(

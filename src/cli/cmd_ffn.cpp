@@ -27,6 +27,16 @@ void addFfnCommand(CLI::App& app, int& exit_code) {
     cmd->add_option("--status-file", options->status_file, "write a JSON exit report here");
     cmd->add_option("--device", options->device, "cpu or cuda")->default_val("cpu");
     cmd->add_option("--device-ids", options->device_ids, "GPUs indexed by LOCAL_RANK, e.g. 2,3");
+    cmd->add_flag("--enforce-eager", options->enforce_eager,
+                  "no CUDA graphs: every layer and step is enqueued call by call (cuda)");
+    auto* random =
+        cmd->add_flag("--random-weights", options->random_weights,
+                      "draw the weights gen-model writes on the GPU instead of loading them (MODEL needs only "
+                      "config.json)");
+    cmd->add_option("--weights-seed", options->weights_seed, "seed of --random-weights (gen-model's --seed)")
+        ->needs(random);
+    cmd->add_flag("--enable-dbo", options->enable_dbo,
+                  "serve the two stages of a dual-batch-overlap step on two GPU lanes at once (device connectors)");
     cmd->add_option("--shutdown-timeout", options->shutdown_timeout_s, "seconds to wait for the step loop at stop")
         ->default_val(15);
     cmd->callback([options, &exit_code] { exit_code = ffn::runFfnService(*options); });

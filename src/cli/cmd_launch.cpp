@@ -5,6 +5,9 @@
 // It also runs the dense reference in this process and reports whether AFD produced the same tokens.
 // Devices (launch_devices.h): --device cpu|cuda for every rank, or per role; the dense reference runs where the
 // attention ranks do (on a GPU, attention rank 0's), or on --reference-device.
+// Connector (launch_config.h): cuda_ipc when every rank runs on a GPU and the user names none, else tcp. Ranks that
+// share a GPU run under an MPS control daemon (mps_daemon.h: one already running, else one this launch starts and
+// stops; --no-mps: none, with a warning).
 // Default: a generated tiny model on CPU, 1 attention rank and 2 FFN ranks in m2n.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -25,9 +28,11 @@
 #include "attention/offline.h"
 #include "cli/commands.h"
 #include "cli/ffn_fleet.h"
+#include "cli/launch_config.h"
 #include "cli/launch_devices.h"
 #include "cli/model_loading.h"
 #include "cli/model_source.h"
+#include "cli/mps_daemon.h"
 #include "cli/run_dir.h"
 #include "core/child_process.h"
 #include "core/exit_codes.h"
@@ -36,6 +41,7 @@
 #include "model/synthetic.h"
 #include "model/weights.h"
 #include "transport/afd_config.h"
+#include "transport/connector_factory.h"
 #include "transport/socket.h"
 #include "transport/topology.h"
 
@@ -59,6 +65,7 @@ struct LaunchOptions {
     bool prompt_logits = false;
     bool dbo = false;
     bool reference = true;
+    bool mps = true;  // an MPS control daemon for ranks that share a GPU
     LaunchDeviceFlags devices;
     int64_t timeout_s = 600;
     std::string run_dir;
@@ -77,31 +84,6 @@ attention::FinishReason finishReasonNamed(const std::string& name) {
         if (attention::finishReasonName(r) == name) return r;
     }
     return FinishReason::kNone;
-}
-
-// The user's afd object with the launcher's defaults filled in (launchDefaults). The role is implied per child, so
-// giving one is an error.
-core::Result<json> afdObject(const std::string& text) {
-    json root = json::object();
-    if (!text.empty()) {
-        // The config's own parser first: it names the key and the rule, and refuses what is not safe to walk
-        // (e.g. nesting deeper than it allows) before this function copies or prints anything of it.
-        auto checked = transport::parseAdditionalConfig(text, transport::Role::kAttention);
-        if (!checked.isOk()) return checked.status();
-        root = json::parse(text, nullptr, false);
-        if (root.is_discarded() || !root.is_object())
-            return core::invalidArgument("--additional-config must be a JSON object");
-    }
-    if (!root.contains("afd")) root["afd"] = json::object();
-    json& afd = root["afd"];
-    if (!afd.is_object()) return core::invalidArgument("--additional-config: \"afd\" must be an object");
-    for (const char* key : {"role", "afd_role"}) {
-        if (afd.contains(key))
-            return core::invalidArgument("--additional-config: afd.{} is implied by afd launch (it starts both roles)",
-                                         key);
-    }
-    AFD_RETURN_IF_ERROR(launchDefaults(afd));
-    return root;
 }
 
 // An attention rank child (`afd generate` as one attention rank).
@@ -144,6 +126,7 @@ private:
     std::atomic<bool> interrupted_{false};
     std::string binary_;
     RunDir run_dir_;  // NOTE: declared before the children, which write into it
+    MpsDaemon mps_;   // NOTE: between the run directory (its pipe and logs) and the children (its clients)
     bool spawned_ = false;
     FfnFleet ffn_;
     std::vector<AttentionChild> attention_;
@@ -259,7 +242,10 @@ int Launch::runJob() {
     deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(options_.timeout_s);
     binary_ = std::filesystem::read_symlink("/proc/self/exe").string();
 
-    auto root = afdObject(options_.additional_config);
+    LaunchConnectorChoice connector;
+    connector.every_rank_on_cuda = everyRankOnCuda(options_.devices);
+    connector.cuda_ipc_built = transport::connectorCapabilities(transport::ConnectorKind::kCudaIpc).has_value();
+    auto root = launchAfdObject(options_.additional_config, connector);
     if (!root.isOk()) return fail(core::kExitBadConfig, root.status().message());
     json afd_json = (*root)["afd"];
     afd_json["role"] = "attention";
@@ -308,6 +294,18 @@ int Launch::runJob() {
         threads_env = std::to_string(std::max(1, cores / (A + F)));
     }
 
+    // Ranks that share a GPU time-slice without MPS; the dense reference (in this process, after them) does not count.
+    const std::vector<int> shared_gpus = gpusSharedByRanks(devices_.attention_gpus, devices_.ffn_gpus);
+    if (!shared_gpus.empty() && options_.mps) {
+        MpsOptions mps;
+        mps.dir = run_dir_.path() + "/mps";
+        mps.shared_gpus = shared_gpus;
+        mps_ = MpsDaemon::ensure(mps);
+    } else if (!shared_gpus.empty()) {
+        warnSharedGpusTimeSlice(shared_gpus, "--no-mps");
+    }
+    const std::string mps_kind(shared_gpus.empty() ? "" : mps_.kindName());
+
     // FFN ranks first (the order does not matter to the connector; it lets the launcher gate on readiness).
     FfnFleetSpec fleet;
     fleet.binary = binary_;
@@ -319,6 +317,7 @@ int Launch::runJob() {
     fleet.log_level = child_log_level;
     fleet.inherit_stderr = options_.verbose;
     fleet.num_threads_env = threads_env;
+    fleet.env = mps_.childEnv();
     spawned_ = true;
     auto spawned = FfnFleet::spawn(fleet);
     if (!spawned.isOk()) return fail(core::kExitFailure, spawned.status().message());
@@ -366,6 +365,7 @@ int Launch::runJob() {
             spec.argv.push_back(options_.prompt_ids[i]);
         }
         if (!threads_env.empty()) spec.env.emplace_back("AFD_NUM_THREADS", threads_env);
+        for (const auto& var : mps_.childEnv()) spec.env.push_back(var);
         spec.stdout_path = r.out_path;
         spec.stderr_path = options_.verbose ? "" : r.log_path;
         auto child = core::ChildProcess::spawn(spec);
@@ -397,6 +397,8 @@ int Launch::runJob() {
     for (size_t k = 0; k < ffn_.ranks().size(); ++k) ffn_status.push_back(ffn_.status(k));
     // Ordered stop: POST /stop to every FFN rank, then wait for each to exit and check its status file.
     const bool clean = ffn_.stop(20s);
+    // Every rank has exited: a daemon this launch started goes before the dense reference takes the GPU here.
+    mps_.stop();
 
     // Results in prompt order (rank a held prompts a, a + A, a + 2A …).
     std::vector<attention::GenerationResult> results(prompts.size());
@@ -480,14 +482,22 @@ int Launch::runJob() {
         out["afd"] = {{"num_attention_ranks", A},
                       {"num_ffn_ranks", F},
                       {"mode", afd->compute_gate_on_attention ? "m2n" : "p2p"},
+                      {"connector", std::string(transport::connectorName(afd->connector))},
+                      {"shared_gpus", shared_gpus},
+                      {"mps", mps_kind.empty() ? json(nullptr) : json(mps_kind)},
                       {"layers", layers},
                       {"matches_dense_reference", matches ? json(*matches) : json(nullptr)},
                       {"reference_device", matches ? json(devices_.reference.toString()) : json(nullptr)},
                       {"clean_shutdown", clean}};
         std::cout << out.dump() << "\n";
     } else {
-        std::cout << fmt::format("AFD {} with {} attention rank(s) and {} FFN rank(s), model {}\n",
-                                 afd->compute_gate_on_attention ? "m2n" : "p2p", A, F, model_dir);
+        std::cout << fmt::format("AFD {} over {} with {} attention rank(s) and {} FFN rank(s), model {}\n",
+                                 afd->compute_gate_on_attention ? "m2n" : "p2p",
+                                 transport::connectorName(afd->connector), A, F, model_dir);
+        if (!shared_gpus.empty()) {
+            std::cout << fmt::format("GPU(s) {} shared by ranks, MPS daemon: {}\n", fmt::join(shared_gpus, ","),
+                                     mps_kind);
+        }
         for (size_t i = 0; i < results.size(); ++i) {
             std::cout << fmt::format("prompt {} [{}] -> {}\n", i, fmt::join(results[i].prompt_ids, ","),
                                      fmt::join(results[i].new_ids, ","));
@@ -532,6 +542,8 @@ void addLaunchCommand(CLI::App& app, int& exit_code) {
     cmd->add_flag("--prompt-logits", o->prompt_logits, "with --json: each result's prompt_last_logits too");
     cmd->add_flag("--dbo", o->dbo, "two-stage steps (dual-batch overlap) on the attention ranks");
     cmd->add_flag("!--no-reference", o->reference, "skip the dense reference comparison");
+    cmd->add_flag("!--no-mps", o->mps,
+                  "no MPS control daemon for ranks that share a GPU (default: use a running one, else start one)");
     addLaunchDeviceFlags(*cmd, o->devices);
     cmd->add_option("--timeout", o->timeout_s, "seconds for the whole job")->default_val(600);
     cmd->add_option("--run-dir", o->run_dir, "keep logs and status files here (default: a temporary directory)");

@@ -90,6 +90,7 @@ core::Result<FfnFleet> FfnFleet::spawn(const FfnFleetSpec& spec) {
                      {"WORLD_SIZE", std::to_string(spec.num_ffn_ranks)},
                      {"LOCAL_RANK", std::to_string(k)}};
         if (!spec.num_threads_env.empty()) child.env.emplace_back("AFD_NUM_THREADS", spec.num_threads_env);
+        child.env.insert(child.env.end(), spec.env.begin(), spec.env.end());
         child.stderr_path = spec.inherit_stderr ? "" : r.log_path;
         auto process = core::ChildProcess::spawn(child);
         if (!process.isOk()) return core::ioError("cannot start {}: {}", r.name, process.status().message());

@@ -34,6 +34,8 @@ struct FfnFleetSpec {
     std::string log_level = "warn";        // the children's --log-level
     bool inherit_stderr = false;           // children log to this terminal instead of their log files
     std::string num_threads_env;           // AFD_NUM_THREADS for each child; empty: leave it unset
+    // Added to each child's environment (e.g. the pipe directory of an MPS daemon the launcher started).
+    std::vector<std::pair<std::string, std::string>> env;
 };
 
 struct FfnRankProcess {

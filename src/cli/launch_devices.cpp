@@ -27,27 +27,44 @@ void addLaunchDeviceFlags(CLI::App& cmd, LaunchDeviceFlags& flags) {
         ->check(CLI::Range(0.01, 1.0));
 }
 
+namespace {
+
+std::string attentionDevice(const LaunchDeviceFlags& flags) {
+    return flags.attention_device.value_or(flags.device.value_or("cpu"));
+}
+std::string ffnDevice(const LaunchDeviceFlags& flags) {
+    return flags.ffn_device.value_or(flags.device.value_or("cpu"));
+}
+
+}  // namespace
+
+bool everyRankOnCuda(const LaunchDeviceFlags& flags) {
+    return attentionDevice(flags) == "cuda" && ffnDevice(flags) == "cuda";
+}
+
 core::Result<LaunchDevices> resolveLaunchDevices(const LaunchDeviceFlags& flags, int num_attention_ranks,
                                                  int num_ffn_ranks) {
     LaunchDevices out;
     DeviceChoice attention;
     attention.device_flag = flags.attention_device ? "--attention-device" : "--device";
     attention.device_ids_flag = "--attention-device-ids";
-    attention.device = flags.attention_device.value_or(flags.device.value_or("cpu"));
+    attention.device = attentionDevice(flags);
     attention.device_ids = flags.attention_device_ids;
     DeviceChoice ffn;
     ffn.device_flag = flags.ffn_device ? "--ffn-device" : "--device";
     ffn.device_ids_flag = "--ffn-device-ids";
-    ffn.device = flags.ffn_device.value_or(flags.device.value_or("cpu"));
+    ffn.device = ffnDevice(flags);
     ffn.device_ids = flags.ffn_device_ids;
 
     core::Device first_attention = core::Device::cpu();
     for (int a = 0; a < num_attention_ranks; ++a) {
         AFD_ASSIGN_OR_RETURN(const core::Device d, resolveDevice(attention, a, fmt::format("attention rank {}", a)));
         if (a == 0) first_attention = d;
+        if (!d.isCpu()) out.attention_gpus.push_back(d.index);
     }
     for (int k = 0; k < num_ffn_ranks; ++k) {
-        AFD_RETURN_IF_ERROR(resolveDevice(ffn, k, fmt::format("FFN rank {}", k)).status());
+        AFD_ASSIGN_OR_RETURN(const core::Device d, resolveDevice(ffn, k, fmt::format("FFN rank {}", k)));
+        if (!d.isCpu()) out.ffn_gpus.push_back(d.index);
     }
     out.attention = attention.device;
     out.attention_ids = attention.device_ids;

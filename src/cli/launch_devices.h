@@ -36,8 +36,14 @@ struct LaunchDevices {
     std::string attention_ids;
     std::string ffn;  // cpu | cuda, as the FFN children get it (--device)
     std::string ffn_ids;
+    std::vector<int> attention_gpus;               // the GPU of each attention rank, by rank; empty on the CPU
+    std::vector<int> ffn_gpus;                     // the GPU of each FFN rank, by rank; empty on the CPU
     core::Device reference = core::Device::cpu();  // where the launcher runs the dense reference
 };
+
+// Whether the flags put both roles on CUDA devices (--device cuda, or --attention-device cuda and --ffn-device cuda):
+// then every rank runs on a GPU once resolveLaunchDevices succeeds.
+bool everyRankOnCuda(const LaunchDeviceFlags& flags);
 
 // Checks every rank of `num_attention_ranks` attention and `num_ffn_ranks` FFN ranks, and the reference.
 core::Result<LaunchDevices> resolveLaunchDevices(const LaunchDeviceFlags& flags, int num_attention_ranks,

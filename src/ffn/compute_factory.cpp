@@ -70,13 +70,38 @@ core::Status checkFfnComputeFits(const std::string& device, int gpu, const model
 
 core::Result<std::unique_ptr<FfnCompute>> createFfnCompute(const std::string& device, int gpu,
                                                            const model::ModelConfig& config,
-                                                           model::ModelWeights weights, int64_t max_rows) {
+                                                           model::ModelWeights weights, int64_t max_rows,
+                                                           int num_device_lanes, bool enforce_eager) {
     if (device == "cpu") return std::unique_ptr<FfnCompute>(new CpuFfnCompute(config, std::move(weights)));
 #if defined(AFD_HAVE_CUDA_FFN)
-    return createCudaFfnCompute(config, std::move(weights), gpu, max_rows);
+    return createCudaFfnCompute(config, std::move(weights), gpu, max_rows, num_device_lanes, enforce_eager);
 #else
     (void)gpu;
     (void)max_rows;
+    (void)num_device_lanes;
+    (void)enforce_eager;
+    return core::invalidArgument("--device {:?} is not available in this build", device);
+#endif
+}
+
+core::Result<std::unique_ptr<FfnCompute>> createRandomFfnCompute(const std::string& device, int gpu,
+                                                                 const model::ModelConfig& config,
+                                                                 const model::WeightSelection& selection, uint64_t seed,
+                                                                 int64_t max_rows, int num_device_lanes,
+                                                                 bool enforce_eager) {
+    if (device == "cpu") {
+        return core::invalidArgument("--random-weights draws the weights on a GPU: add --device cuda");
+    }
+#if defined(AFD_HAVE_CUDA_FFN)
+    return createRandomCudaFfnCompute(config, selection, seed, gpu, max_rows, num_device_lanes, enforce_eager);
+#else
+    (void)gpu;
+    (void)config;
+    (void)selection;
+    (void)seed;
+    (void)max_rows;
+    (void)num_device_lanes;
+    (void)enforce_eager;
     return core::invalidArgument("--device {:?} is not available in this build", device);
 #endif
 }

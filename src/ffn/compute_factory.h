@@ -27,9 +27,19 @@ core::Status checkFfnComputeFits(const std::string& device, int gpu, const model
                                  const model::WeightSelection& selection, int64_t max_rows);
 
 // Takes the loaded weights; for CUDA they are copied to `gpu` once (in the kernels' layout) and the host copy is
-// dropped. `max_rows`: the most tokens one call may carry (sizes the GPU's staging buffers).
+// dropped. `max_rows`: the most tokens one call may carry (sizes the GPU's staging buffers). `num_device_lanes`: 0
+// for a rank fed through host memory; the lanes of its device entry points for one fed by a device connector (cuda).
 core::Result<std::unique_ptr<FfnCompute>> createFfnCompute(const std::string& device, int gpu,
                                                            const model::ModelConfig& config,
-                                                           model::ModelWeights weights, int64_t max_rows);
+                                                           model::ModelWeights weights, int64_t max_rows,
+                                                           int num_device_lanes = 0, bool enforce_eager = false);
+
+// As createFfnCompute, with the weights `afd gen-model --seed seed` writes for `selection` drawn on the GPU instead of
+// loaded (cuda only: kInvalidArgument for the CPU, which has no generator).
+core::Result<std::unique_ptr<FfnCompute>> createRandomFfnCompute(const std::string& device, int gpu,
+                                                                 const model::ModelConfig& config,
+                                                                 const model::WeightSelection& selection, uint64_t seed,
+                                                                 int64_t max_rows, int num_device_lanes = 0,
+                                                                 bool enforce_eager = false);
 
 }  // namespace afd::ffn

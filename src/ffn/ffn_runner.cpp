@@ -19,14 +19,15 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 
 FfnRunner::FfnRunner(const model::ModelConfig& config, transport::AfdMode mode, int64_t num_local_experts,
                      FfnCompute& compute, transport::FfnConnector& connector, core::MetricsRegistry& metrics,
-                     int64_t expert_begin)
+                     int64_t expert_begin, FfnRunnerOptions options)
     : config_(config),
       mode_(mode),
       num_local_experts_(num_local_experts),
       compute_(compute),
       connector_(connector),
       steps_total_(metrics.counter("afd_ffn_steps_total", "Engine steps served.")),
-      tokens_total_(metrics.counter("afd_ffn_tokens_total", "Attention tokens served (sum over peers and stages).")) {
+      tokens_total_(metrics.counter("afd_ffn_tokens_total", "Attention tokens served (sum over peers and stages).")),
+      options_(options) {
     for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
         if (mode == transport::AfdMode::kP2p || config.isMoeLayer(layer)) crossing_layers_.push_back(layer);
     }
@@ -41,8 +42,19 @@ FfnRunner::FfnRunner(const model::ModelConfig& config, transport::AfdMode mode, 
         layer_wait_.push_back(&metrics.counter("afd_ffn_layer_wait_seconds_total",
                                                "Time spent receiving and sending each layer's frames.", labels));
     }
+    on_device_ = compute.numDeviceLanes() > 0;
+    if (on_device_) {
+        device_a2f_spec_ = m2n ? transport::deviceM2nDispatchSpec(config.hidden_size, config.num_experts_per_tok)
+                               : transport::deviceHiddenSpec(config.hidden_size);
+        device_step_seconds_ = &metrics.counter("afd_ffn_device_step_seconds_total",
+                                                "Time from posting a step's layers on the GPU to their end.");
+        graph_replays_ = &metrics.counter("afd_ffn_graph_replays_total", "Steps served by replaying a step graph.");
+        graph_captures_ = &metrics.counter("afd_ffn_graph_captures_total", "Step graphs captured.");
+        eager_steps_ = &metrics.counter("afd_ffn_eager_steps_total",
+                                        "Device steps posted layer by layer (no step graph of their shape).");
+    }
     routed_totals_.assign(static_cast<size_t>(num_local_experts), 0);
-    if (m2n) {
+    if (m2n && !on_device_) {
         expert_tokens_ = std::make_unique<ExpertTokenCounters>(metrics, expert_begin, num_local_experts);
     } else if (compute.routedTokenTotals(routed_totals_)) {
         // p2p: the compute routes and counts; its totals reach the counters whenever the registry renders.
@@ -62,9 +74,13 @@ core::Status FfnRunner::serve(const transport::StepInfo& info) {
         if (!peer.active) continue;
         for (uint32_t s = 0; s < info.num_stages; ++s) tokens += peer.stage_tokens[s];
     }
-    for (int64_t layer : crossing_layers_) {
-        for (uint32_t stage = 0; stage < info.num_stages; ++stage) {
-            AFD_RETURN_IF_ERROR(serveStage(info, layer, stage));
+    if (on_device_) {
+        AFD_RETURN_IF_ERROR(serveOnDevice(info));
+    } else {
+        for (int64_t layer : crossing_layers_) {
+            for (uint32_t stage = 0; stage < info.num_stages; ++stage) {
+                AFD_RETURN_IF_ERROR(serveStage(info, layer, stage));
+            }
         }
     }
     steps_total_.inc();
@@ -142,6 +158,86 @@ core::Status FfnRunner::serveStage(const transport::StepInfo& info, int64_t laye
     AFD_RETURN_IF_ERROR(connector_.send(key, payloads));
     wait_seconds += secondsSince(wait_start);
     layer_wait_[index]->inc(wait_seconds);
+    return core::Status::ok();
+}
+
+core::Status FfnRunner::serveOnDevice(const transport::StepInfo& info) {
+    const auto start = std::chrono::steady_clock::now();
+    if (options_.step_graphs && info.num_stages == 1) {
+        std::vector<uint32_t> shape{info.num_stages};
+        for (const auto& peer : info.peers) {
+            shape.push_back(peer.active ? 1 : 0);
+            shape.push_back(peer.stage_tokens[0]);
+        }
+        if (const auto it = step_graphs_.find(shape); it != step_graphs_.end()) {
+            AFD_RETURN_IF_ERROR(compute_.launchStepGraph(it->second, 0));
+            graph_replays_->inc();
+        } else if ((info.flags & transport::kStepCapture) != 0) {
+            AFD_RETURN_IF_ERROR(compute_.beginStepCapture(0));
+            const core::Status posted = postStep(info);
+            AFD_ASSIGN_OR_RETURN(const int graph, compute_.endStepCapture(0, posted.isOk()));
+            AFD_RETURN_IF_ERROR(posted);
+            step_graphs_.emplace(shape, graph);
+            graph_captures_->inc();
+            AFD_RETURN_IF_ERROR(compute_.launchStepGraph(graph, 0));
+        } else {
+            AFD_RETURN_IF_ERROR(postStep(info));
+            eager_steps_->inc();
+        }
+    } else {
+        AFD_RETURN_IF_ERROR(postStep(info));
+        eager_steps_->inc();
+    }
+    AFD_RETURN_IF_ERROR(compute_.synchronizeLanes());
+    AFD_RETURN_IF_ERROR(connector_.deviceStatus());
+    device_step_seconds_->inc(secondsSince(start));
+    return core::Status::ok();
+}
+
+core::Status FfnRunner::postStep(const transport::StepInfo& info) {
+    const size_t P = info.peers.size();
+    const int64_t H = config_.hidden_size;
+    const bool m2n = mode_ == transport::AfdMode::kM2n;
+    if (active_ == nullptr) active_ = std::make_unique<bool[]>(P);
+    for (size_t p = 0; p < P; ++p) active_[p] = info.peers[p].active;
+    const std::span<const bool> active(active_.get(), P);
+    rows_.assign(P, 0);
+    payloads_.assign(P, {});
+    const int lanes = compute_.numDeviceLanes();
+    // Every frame of an active peer carries its whole stage (m2n too: the rows no expert here serves have ids -1).
+    for (int64_t layer : crossing_layers_) {
+        for (uint32_t stage = 0; stage < info.num_stages; ++stage) {
+            const int lane = static_cast<int>(stage) % lanes;
+            void* stream = compute_.laneStream(lane);
+            const transport::FrameKey key{info.step, static_cast<uint32_t>(layer), stage};
+            for (size_t p = 0; p < P; ++p) rows_[p] = info.peers[p].active ? info.peers[p].stage_tokens[stage] : 0;
+            AFD_ASSIGN_OR_RETURN(std::span<const transport::ReceivedFrame> frames,
+                                 connector_.postReceive(key, device_a2f_spec_, active, rows_, stream));
+            peer_rows_.clear();
+            for (size_t p = 0; p < P; ++p) {
+                if (!frames[p].active) continue;
+                DevicePeerRows r;
+                r.rows = frames[p].rows;
+                r.x = frames[p].segments[0].rawData();
+                if (m2n) {
+                    r.ids = static_cast<const int32_t*>(frames[p].segments[1].rawData());
+                    r.weights = static_cast<const float*>(frames[p].segments[2].rawData());
+                }
+                peer_rows_.push_back(r);
+            }
+            AFD_RETURN_IF_ERROR(compute_.computeDevice(lane, layer, peer_rows_));
+            const float* out = compute_.laneOutput(lane);
+            int64_t row = 0;
+            for (size_t p = 0; p < P; ++p) {
+                const int64_t n = frames[p].active ? frames[p].rows : 0;
+                payloads_[p].rows = static_cast<uint32_t>(n);
+                payloads_[p].segments = {core::Tensor::view(const_cast<float*>(out) + row * H, core::DType::kF32,
+                                                            {n, H}, core::Device::cuda(0))};
+                row += n;
+            }
+            AFD_RETURN_IF_ERROR(connector_.postSend(key, payloads_, active, stream));
+        }
+    }
     return core::Status::ok();
 }
 

@@ -204,6 +204,12 @@ Status Service::configure() {
     if (options_.shutdown_timeout_s < 1) {
         return core::invalidArgument("--shutdown-timeout {} must be >= 1 second", options_.shutdown_timeout_s);
     }
+    if (options_.random_weights && gpu_ < 0) {
+        return core::invalidArgument(
+            "--random-weights draws the weights on a GPU: add --device cuda (for the CPU, write the same weights with "
+            "`afd gen-model --seed {}`)",
+            options_.weights_seed);
+    }
     report_.rank = rank_;
     core::setLogTag(fmt::format("ffn:{}", rank_));
     std::error_code ec;
@@ -237,9 +243,13 @@ Status Service::load() {
     num_layers_ = model_config_.num_hidden_layers;
     state_ = State::kLoading;
     const auto start = std::chrono::steady_clock::now();
-    AFD_ASSIGN_OR_RETURN(model::Checkpoint checkpoint, model::Checkpoint::open(options_.model_dir));
-    checkpoint_.emplace(std::move(checkpoint));
-    AFD_ASSIGN_OR_RETURN(model_fingerprint_, model::modelFingerprint(model_config_, *checkpoint_));
+    if (options_.random_weights) {
+        model_fingerprint_ = model::randomModelFingerprint(model_config_, options_.weights_seed);
+    } else {
+        AFD_ASSIGN_OR_RETURN(model::Checkpoint checkpoint, model::Checkpoint::open(options_.model_dir));
+        checkpoint_.emplace(std::move(checkpoint));
+        AFD_ASSIGN_OR_RETURN(model_fingerprint_, model::modelFingerprint(model_config_, *checkpoint_));
+    }
     fingerprint_ = connectorRequest().deploymentFingerprint();
     const auto selection =
         model::WeightSelection::ffnRole(afd_.compute_gate_on_attention, model_config_, experts_.begin, experts_.end);
@@ -247,6 +257,26 @@ Status Service::load() {
     const int64_t max_rows =
         static_cast<int64_t>(afd_.topology().attentionPeersOfFfn(rank_).size()) * afd_.max_num_tokens;
     AFD_RETURN_IF_ERROR(checkFfnComputeFits(options_.device, gpu_, model_config_, selection, max_rows));
+    // A device connector hands the compute device rows (one lane per stage it may serve at once).
+    const auto capabilities = transport::connectorCapabilities(afd_.connector);
+    // nccl orders one communicator's operations as posted, so two-stage steps need the second lane whether or not
+    // --enable-dbo asked for it (the stages' frames would otherwise wait on each other).
+    const bool two_lanes = options_.enable_dbo || afd_.connector == transport::ConnectorKind::kNccl;
+    const int device_lanes = capabilities && capabilities->needsCudaDevice() ? (two_lanes ? 2 : 1) : 0;
+    if (options_.random_weights) {
+        AFD_ASSIGN_OR_RETURN(
+            compute_, createRandomFfnCompute(options_.device, gpu_, model_config_, selection, options_.weights_seed,
+                                             max_rows, device_lanes, options_.enforce_eager));
+        weight_bytes_ = compute_->deviceWeightBytes();
+        layers_loaded_ = model_config_.num_hidden_layers;
+        report_.weight_bytes = weight_bytes_;
+        loaded_ = true;
+        AFD_LOG_INFO("drew {} bytes of random weights (seed {}, experts [{}, {}) of {}, {} mode) on {} in {:.2f} s",
+                     weight_bytes_, options_.weights_seed, experts_.begin, experts_.end, model_config_.num_experts,
+                     afd_.compute_gate_on_attention ? "m2n" : "p2p", compute_->describe(),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        return Status::ok();
+    }
     int64_t last_tenth = 0;
     const model::LoadProgress progress = [&](int64_t done, int64_t total) {
         if (test_load_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(test_load_delay_ms_));
@@ -262,8 +292,8 @@ Status Service::load() {
     AFD_ASSIGN_OR_RETURN(model::ModelWeights weights,
                          model::loadWeights(*checkpoint_, model_config_, selection, progress));
     weight_bytes_ = weights.checkpoint_bytes;
-    AFD_ASSIGN_OR_RETURN(compute_,
-                         createFfnCompute(options_.device, gpu_, model_config_, std::move(weights), max_rows));
+    AFD_ASSIGN_OR_RETURN(compute_, createFfnCompute(options_.device, gpu_, model_config_, std::move(weights), max_rows,
+                                                    device_lanes, options_.enforce_eager));
     report_.weight_bytes = weight_bytes_;
     loaded_ = true;
     AFD_LOG_INFO("loaded {} bytes of weights (experts [{}, {}) of {}, {} mode) onto {} in {:.2f} s", weight_bytes_,
@@ -403,8 +433,14 @@ Status Service::connect() {
 }
 
 void Service::serve() {
+    FfnRunnerOptions runner_options;
+    const auto capabilities = transport::connectorCapabilities(afd_.connector);
+    // nccl: a step graph is captured while the attention rank runs its warm-up eagerly, and NCCL wants both ends of
+    // a transfer captured alike; its step graphs wait for a multi-GPU check.
+    runner_options.step_graphs = capabilities && capabilities->graph_capturable && !options_.enforce_eager &&
+                                 afd_.connector != transport::ConnectorKind::kNccl;
     runner_ = std::make_unique<FfnRunner>(model_config_, afd_.mode(), experts_.end - experts_.begin, *compute_,
-                                          *connector_, core::globalMetrics(), experts_.begin);
+                                          *connector_, core::globalMetrics(), experts_.begin, runner_options);
     worker_ = std::make_unique<FfnWorker>(*runner_, *connector_, [this] { wake(); });
     state_ = State::kServing;
     worker_->start();

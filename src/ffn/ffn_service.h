@@ -38,6 +38,12 @@ struct FfnServiceOptions {
     std::string device = "cpu";       // cpu | cuda
     std::string device_ids;           // cuda: comma-separated GPUs; LOCAL_RANK indexes it (default: LOCAL_RANK)
     int64_t shutdown_timeout_s = 15;  // bound on joining the step loop
+    bool enforce_eager = false;       // --enforce-eager: no CUDA graphs (per layer or per step)
+    bool enable_dbo = false;          // --enable-dbo: two lanes on the GPU, so two-stage steps overlap
+    // --random-weights: draw the weights `afd gen-model --seed weights_seed` writes on the GPU (model_dir needs only
+    // config.json); the attention ranks run with the same flag and seed.
+    bool random_weights = false;
+    uint64_t weights_seed = 0;
 };
 
 // Runs the service to the end; returns the process exit code. Must be called before any other thread of the

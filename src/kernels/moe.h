@@ -46,6 +46,11 @@ struct MoeParams {
     // CPU reference only: each expert's h (the SwiGLU product) and y (its down projection) rounded to bf16 where the
     // CUDA kernels store them, so that the reference computes at the GPU layer's precision.
     bool bf16_intermediates = false;
+    // CUDA backend: other processes' kernels may hold SMs while this layer runs (an MPS client: ranks sharing a GPU).
+    // The plan then takes no tile whose kernel waits across the CTAs of its own grid (the token-TMA tiles gather the
+    // token rows in the producer warps of every CTA, and an item waits for rows another CTA gathers), since a
+    // persistent grid sized for the whole device need not be resident at once.
+    bool shared_sms = false;
 };
 
 // CPU reference: FP32 arithmetic from bf16 weights; with act_dtype kBf16 the inputs are read as bf16 and

@@ -31,6 +31,20 @@ void checkShape(const MoeParams& p) {
 MoeTileConfig chooseTile(const MoeParams& p) {
     const int64_t entries = moeServedEntries(p);
     const int64_t mean = entries / p.num_experts;
+    if (p.shared_sms) {
+        // No token-TMA tile (MoeParams::shared_sms): tall128g from half an entry per expert, else the small tiles.
+        if (entries > kTinyEntries && 2 * entries >= p.num_experts &&
+            moeTileFits(MoeTileConfig::kTall128Gather, p.hidden, p.inter)) {
+            return MoeTileConfig::kTall128Gather;
+        }
+        MoeTileConfig tile = entries <= kTinyEntries ? MoeTileConfig::kTiny8 : MoeTileConfig::kSmall16;
+        if (mean > 16) {
+            tile = MoeTileConfig::kSmall128;
+        } else if (mean > 4) {
+            tile = MoeTileConfig::kSmall64;
+        }
+        return moeTileFits(tile, p.hidden, p.inter) ? tile : MoeTileConfig::kSmall128;
+    }
     // tall128 (256 weight rows x 128 tokens, each token tile read by half as many items as with wide128), with its
     // item ring, down kernel per expert and combine by part, is the fastest from half a routing entry per expert (T = 8
     // for Qwen3-30B-A3B) at every T with zipf routing and up to T = 1536 with uniform routing; with uniform routing at

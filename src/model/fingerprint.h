@@ -18,4 +18,9 @@ namespace afd::model {
 // e.g. "qwen3_moe L48 H2048 E128x768 K8 V151936 #3f9c0a7e12b4d856"
 core::Result<std::string> modelFingerprint(const ModelConfig& config, const Checkpoint& checkpoint);
 
+// The fingerprint of the model `--random-weights` draws with `seed` for `config` (no checkpoint: the values are a
+// function of the seed and the tensor names), e.g. "qwen3_moe L48 H2048 E128x768 K8 V151936 #… random:1". It never
+// equals a checkpoint's, since a checkpoint written with the seed may have been edited.
+std::string randomModelFingerprint(const ModelConfig& config, uint64_t seed);
+
 }  // namespace afd::model

@@ -8,6 +8,14 @@
 // Peers are indexed by their position in peers(); every per-peer span (payloads in, frames out) uses that order.
 // Frames hold "segments": row-major [rows, cols] tensors of one dtype, all with the frame's `rows`.
 //
+// Two data planes. A host backend (ConnectorCapabilities::memory == kHost: tcp) moves CPU tensors through
+// dispatch/combine and receive/send, each returning once its bytes are out or in. A device backend (kDevice: cuda_ipc)
+// moves device tensors through the post* calls, which only enqueue on a CUDA stream: the transfer and the wait for
+// the peer's frame happen on the device, in stream order, with the frame's row count carried in band and checked on
+// the device, so a layer needs no host synchronisation and the posts may be captured in a CUDA graph. What a device
+// wait finds (a peer lost, a timeout, a frame that breaks the protocol) surfaces at deviceStatus(), which the caller
+// asks once it has synchronised the stream. The step header always travels on the host (sendStep/receiveStep).
+//
 // Threads: a connector is used by one thread at a time, except FfnConnector::cancel(), which any thread may call.
 // Errors: kPeerLost (a peer closed or reset: named), kTimeout (a bounded wait ran out: the peers still owed are
 // named), kCorrupt / kMismatch (a frame broke the protocol: peer and field named), kCancelled, kInvalidArgument
@@ -85,6 +93,22 @@ public:
     // `expected`, and returns one frame per peer. The views stay valid until the next combine of the same stage.
     virtual core::Result<std::span<const ReceivedFrame>> combine(const FrameKey& key, const FrameSpec& expected) = 0;
 
+    // ---- device data plane (kDevice backends; the defaults refuse) ----
+
+    // Enqueues on `stream` (a cudaStream_t) one A2F frame for `key` to every FFN peer: payloads[i] (device tensors on
+    // this rank's GPU, read in stream order) goes to peers()[i]. The frame's rows are set when the post runs, so a
+    // graph replays it with the rows it was captured with.
+    virtual core::Status postDispatch(const FrameKey& key, std::span<const FramePayload> payloads, void* stream);
+    // Enqueues on `stream` the wait for the F2A frame of `key` from every FFN peer, which must carry rows[i] rows of
+    // `expected` (checked on the device). Returns device views into this rank's receive slots, valid for work
+    // enqueued on `stream` after the wait and until the next postCombine of the stage.
+    virtual core::Result<std::span<const ReceivedFrame>> postCombine(const FrameKey& key, const FrameSpec& expected,
+                                                                     std::span<const uint32_t> rows, void* stream);
+    // After the caller has synchronised every stream it posted on: the first error a device wait or post met since
+    // the connector was made (kPeerLost naming the peer, kTimeout, kCorrupt), or ok. Once an error is seen the
+    // connector is unusable.
+    virtual core::Status deviceStatus();
+
     // Closes every connection. Idempotent.
     virtual void close() = 0;
 
@@ -115,7 +139,22 @@ public:
     // Returns once the caller's tensors are no longer read.
     virtual core::Status send(const FrameKey& key, std::span<const FramePayload> payloads) = 0;
 
-    // Thread-safe: makes the pending and every later wait return kCancelled (used to stop an idle FFN).
+    // ---- device data plane (kDevice backends; the defaults refuse) ----
+
+    // Enqueues on `stream` the wait for the A2F frame of `key` from every active peer (active[i]; rows may be 0):
+    // peer i must send rows[i] rows of `expected` (checked on the device); frames of peers that have left come back
+    // inactive. Views as postCombine's.
+    virtual core::Result<std::span<const ReceivedFrame>> postReceive(const FrameKey& key, const FrameSpec& expected,
+                                                                     std::span<const bool> active,
+                                                                     std::span<const uint32_t> rows, void* stream);
+    // Enqueues on `stream` one F2A frame for `key` to every active peer (device tensors, read in stream order).
+    virtual core::Status postSend(const FrameKey& key, std::span<const FramePayload> payloads,
+                                  std::span<const bool> active, void* stream);
+    // As AttentionConnector::deviceStatus.
+    virtual core::Status deviceStatus();
+
+    // Thread-safe: makes the pending and every later wait return kCancelled (used to stop an idle FFN); device waits
+    // posted and not yet passed end too.
     virtual void cancel() = 0;
 
     // Closes every connection (and the rendezvous store, on the rank that hosts it). Idempotent; call it from

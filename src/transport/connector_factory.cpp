@@ -6,13 +6,27 @@
 
 #include "core/check.h"
 #include "transport/tcp/tcp_backend.h"
+#if AFD_HAVE_CUDA_IPC
+#include "transport/cuda_ipc/cuda_ipc_backend.h"
+#endif
+#if AFD_HAVE_NCCL
+#include "transport/nccl/nccl_backend.h"
+#endif
 
 namespace afd::transport {
 namespace {
 
 // Every backend of this build. A new backend adds its entry here (and nowhere else).
 std::span<const ConnectorBackend> backends() {
-    static const ConnectorBackend table[] = {tcp::backend()};
+    static const ConnectorBackend table[] = {
+        tcp::backend(),
+#if AFD_HAVE_CUDA_IPC
+        cuda_ipc::backend(),
+#endif
+#if AFD_HAVE_NCCL
+        nccl::backend(),
+#endif
+    };
     return table;
 }
 

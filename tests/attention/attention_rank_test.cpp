@@ -187,10 +187,12 @@ TEST(AttentionRank, ConfigureRefusesWhatCannotWorkNamingTheFlagOrKey) {
         {"more FFN ranks than experts",
          [](ModelSource&, AttentionRankOptions& o) { o.afd = afdConfig(R"({"num_ffn_ranks":9})"); },
          "afd.num_ffn_ranks"},
-        {"a connector this build lacks",
+        {"nccl on the CPU (or unbuilt)",
          [](ModelSource&, AttentionRankOptions& o) { o.afd = afdConfig(R"({"connector":"nccl"})"); },
-         "afd.connector \"nccl\": this build's connectors are: tcp"},
-        {"a connector this build lacks, even with a connector factory",
+         transport::connectorCapabilities(transport::ConnectorKind::kNccl)
+             ? std::string("afd.connector \"nccl\" moves device memory")
+             : "afd.connector \"nccl\": this build's connectors are: " + transport::builtConnectorNames()},
+        {"a connector the CPU cannot serve, even with a connector factory",
          [](ModelSource&, AttentionRankOptions& o) {
              o.afd = afdConfig(R"({"connector":"cuda_ipc"})");
              o.connector_factory = [](const transport::ConnectorRequest&)
@@ -198,7 +200,9 @@ TEST(AttentionRank, ConfigureRefusesWhatCannotWorkNamingTheFlagOrKey) {
                  return core::internalError("the factory must not be reached");
              };
          },
-         "afd.connector \"cuda_ipc\": this build's connectors are: tcp"},
+         transport::connectorCapabilities(transport::ConnectorKind::kCudaIpc)
+             ? std::string("afd.connector \"cuda_ipc\" moves device memory")
+             : std::string("afd.connector \"cuda_ipc\": this build's connectors are: tcp")},
     };
     for (const auto& c : cases) {
         ModelSource source = test::modelSource(test::fixtureModelDir());

@@ -108,10 +108,11 @@ TEST(DeviceCli, ModelSourceFlagsAreChecked) {
                     "give one of --model, --config or --preset");
     expectBadConfig(afd({"generate", "--prompt-ids", "3"}), "--model is required");
     expectBadConfig(afd({"generate", "--model", kTiny, "--weights-seed", "3", "--prompt-ids", "3"}), "--weights-seed");
-    // Random weights run the dense engine only (FFN ranks load checkpoints).
-    expectBadConfig(afd({"generate", "--preset", "tiny", "--random-weights", "--device", "cuda", "--prompt-ids", "3",
-                         "--additional-config", R"({"afd":{"role":"attention","port":1}})"}),
-                    "--random-weights runs the dense engine only");
+    // An AFD attention rank draws random weights on its GPU too (its FFN ranks with `afd ffn --random-weights`); the
+    // CPU has no generator.
+    expectBadConfig(afd({"generate", "--preset", "tiny", "--random-weights", "--prompt-ids", "3", "--additional-config",
+                         R"({"afd":{"role":"attention","port":1}})"}),
+                    "--random-weights draws the weights on a GPU");
 }
 
 TEST(DeviceCli, LaunchChecksEveryRanksDeviceBeforeStartingAny) {

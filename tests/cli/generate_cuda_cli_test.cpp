@@ -2,6 +2,7 @@
 // the dense GPU engine gives the HF fixture's greedy ids and prompt logits, graphs or not; --random-weights draws the
 // weights `afd gen-model` writes for the same seed; GPU attention ranks with GPU FFN ranks over TCP give the dense GPU
 // engine's ids (and the CPU reference's).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -128,21 +129,80 @@ void expectLaunchMatches(const ProcessResult& r, const std::string& reference_de
 }
 
 TEST_F(CudaCli, LaunchM2n1A2FOverTcpGivesTheDenseGpuEnginesIds) {
-    const ProcessResult r =
-        afd({"launch", "--model", kTiny, "--device", "cuda", "--attention-device-ids", "0", "--ffn-device-ids",
-             twoFfnGpus(), "--max-tokens", "12", "--json", "--additional-config",
-             R"({"afd":{"num_attention_ranks":1,"num_ffn_ranks":2,"compute_gate_on_attention":true}})", "--prompt-ids",
-             prompt_, "--prompt-ids", "11,12,13"},
-            300s);
+    const ProcessResult r = afd(
+        {"launch", "--model", kTiny, "--device", "cuda", "--attention-device-ids", "0", "--ffn-device-ids",
+         twoFfnGpus(), "--max-tokens", "12", "--json", "--additional-config",
+         R"({"afd":{"connector":"tcp","num_attention_ranks":1,"num_ffn_ranks":2,"compute_gate_on_attention":true}})",
+         "--prompt-ids", prompt_, "--prompt-ids", "11,12,13"},
+        300s);
     expectLaunchMatches(r, "cuda:0", greedy_);
 }
 
 TEST_F(CudaCli, LaunchP2p1A1FOverTcpGivesTheDenseGpuEnginesIds) {
+    const ProcessResult r = afd(
+        {"launch", "--model", kTiny, "--device", "cuda", "--ffn-device-ids", "0", "--max-tokens", "12", "--json",
+         "--additional-config",
+         R"({"afd":{"connector":"tcp","num_attention_ranks":1,"num_ffn_ranks":1,"compute_gate_on_attention":false}})",
+         "--prompt-ids", prompt_, "--prompt-ids", "200,7"},
+        300s);
+    expectLaunchMatches(r, "cuda:0", greedy_);
+}
+
+// The same deployments through the cuda_ipc connector (every per-layer frame device to device), and 2A2F; on one GPU
+// every rank shares it (the launcher runs them under MPS).
+std::string cudaIpcConfig(int attention, int ffn, bool m2n) {
+    return fmt::format(R"({{"afd":{{"connector":"cuda_ipc","num_attention_ranks":{},"num_ffn_ranks":{},)"
+                       R"("compute_gate_on_attention":{}}}}})",
+                       attention, ffn, m2n ? "true" : "false");
+}
+
+TEST_F(CudaCli, LaunchM2n1A2FOverCudaIpcGivesTheDenseGpuEnginesIds) {
+    const ProcessResult r =
+        afd({"launch", "--model", kTiny, "--device", "cuda", "--attention-device-ids", "0", "--ffn-device-ids",
+             twoFfnGpus(), "--max-tokens", "12", "--json", "--additional-config", cudaIpcConfig(1, 2, true),
+             "--prompt-ids", prompt_, "--prompt-ids", "11,12,13"},
+            300s);
+    expectLaunchMatches(r, "cuda:0", greedy_);
+}
+
+TEST_F(CudaCli, LaunchM2n1A1FOverCudaIpcGivesTheDenseGpuEnginesIds) {
     const ProcessResult r =
         afd({"launch", "--model", kTiny, "--device", "cuda", "--ffn-device-ids", "0", "--max-tokens", "12", "--json",
-             "--additional-config",
-             R"({"afd":{"num_attention_ranks":1,"num_ffn_ranks":1,"compute_gate_on_attention":false}})", "--prompt-ids",
-             prompt_, "--prompt-ids", "200,7"},
+             "--additional-config", cudaIpcConfig(1, 1, true), "--prompt-ids", prompt_, "--prompt-ids", "5,6"},
+            300s);
+    expectLaunchMatches(r, "cuda:0", greedy_);
+}
+
+TEST_F(CudaCli, LaunchM2n2A2FOverCudaIpcGivesTheDenseGpuEnginesIds) {
+    const std::string gpus = visibleGpus() >= 2 ? "0,1" : "0,0";
+    const ProcessResult r = afd({"launch",
+                                 "--model",
+                                 kTiny,
+                                 "--device",
+                                 "cuda",
+                                 "--attention-device-ids",
+                                 gpus,
+                                 "--ffn-device-ids",
+                                 gpus,
+                                 "--gpu-memory-utilization",
+                                 "0.2",
+                                 "--max-tokens",
+                                 "12",
+                                 "--json",
+                                 "--additional-config",
+                                 cudaIpcConfig(2, 2, true),
+                                 "--prompt-ids",
+                                 prompt_,
+                                 "--prompt-ids",
+                                 "9,8,7"},
+                                300s);
+    expectLaunchMatches(r, "cuda:0", greedy_);
+}
+
+TEST_F(CudaCli, LaunchP2p1A1FOverCudaIpcGivesTheDenseGpuEnginesIds) {
+    const ProcessResult r =
+        afd({"launch", "--model", kTiny, "--device", "cuda", "--ffn-device-ids", "0", "--max-tokens", "12", "--json",
+             "--additional-config", cudaIpcConfig(1, 1, false), "--prompt-ids", prompt_, "--prompt-ids", "200,7"},
             300s);
     expectLaunchMatches(r, "cuda:0", greedy_);
 }

@@ -10,6 +10,7 @@
 
 #include "common/afd_processes.h"
 #include "common/subprocess_util.h"
+#include "transport/connector_factory.h"
 
 namespace afd::ffn {
 namespace {
@@ -274,7 +275,11 @@ TEST(AfdFailures, BadConfigurationsExitTwoNamingTheKey) {
     const std::string kNoModel = "/nonexistent/afd-model";
     for (const std::string connector : {"nccl", "cuda_ipc"}) {
         const std::string config = R"({"afd":{"connector":")" + connector + R"("}})";
-        const std::string needle = "afd.connector \"" + connector + "\": this build's connectors are: tcp";
+        // Built or not, neither serves these CPU ranks.
+        const std::string needle = transport::connectorCapabilities(*transport::parseConnector(connector))
+                                       ? "afd.connector \"" + connector + "\" moves device memory"
+                                       : "afd.connector \"" + connector +
+                                             "\": this build's connectors are: " + transport::builtConnectorNames();
         cases.push_back({{AFD_BINARY, "ffn", kNoModel, "--additional-config", config},
                          {{"RANK", "0"}, {"WORLD_SIZE", "1"}},
                          needle});

@@ -40,7 +40,14 @@ ConnectorRequest request(const std::string& json, Role role, int rank) {
 
 TEST(ConnectorFactory, TheCapabilityTableListsOnlyTheBuiltConnectors) {
     const std::vector<ConnectorCapabilities> built = builtConnectors();
-    ASSERT_EQ(built.size(), 1u);
+    size_t expected = 1;
+#if AFD_HAVE_CUDA
+    ++expected;
+#endif
+#if AFD_HAVE_NCCL
+    ++expected;
+#endif
+    ASSERT_EQ(built.size(), expected);
     const ConnectorCapabilities& tcp = built[0];
     EXPECT_EQ(tcp.kind, ConnectorKind::kTcp);
     EXPECT_EQ(tcp.memory, ConnectorMemory::kHost);
@@ -48,11 +55,34 @@ TEST(ConnectorFactory, TheCapabilityTableListsOnlyTheBuiltConnectors) {
     EXPECT_FALSE(tcp.graph_capturable);
     EXPECT_TRUE(tcp.cross_host);
     EXPECT_TRUE(tcp.ranks_may_share_gpu);
-    EXPECT_EQ(builtConnectorNames(), "tcp");
     ASSERT_TRUE(connectorCapabilities(ConnectorKind::kTcp).has_value());
     EXPECT_EQ(connectorCapabilities(ConnectorKind::kTcp)->memory, ConnectorMemory::kHost);
-    EXPECT_FALSE(connectorCapabilities(ConnectorKind::kCudaIpc).has_value());
+#if AFD_HAVE_CUDA
+    // cuda_ipc: device memory between the processes of one host, capturable, ranks may share a GPU.
+    const ConnectorCapabilities& ipc = built[1];
+    EXPECT_EQ(ipc.kind, ConnectorKind::kCudaIpc);
+    EXPECT_EQ(ipc.memory, ConnectorMemory::kDevice);
+    EXPECT_TRUE(ipc.needsCudaDevice());
+    EXPECT_TRUE(ipc.graph_capturable);
+    EXPECT_FALSE(ipc.cross_host);
+    EXPECT_TRUE(ipc.ranks_may_share_gpu);
+#if AFD_HAVE_NCCL
+    // nccl: device memory, any hosts, capturable; two ranks of one communicator never share a GPU.
+    const ConnectorCapabilities& nccl = built[2];
+    EXPECT_EQ(nccl.kind, ConnectorKind::kNccl);
+    EXPECT_EQ(nccl.memory, ConnectorMemory::kDevice);
+    EXPECT_TRUE(nccl.graph_capturable);
+    EXPECT_TRUE(nccl.cross_host);
+    EXPECT_FALSE(nccl.ranks_may_share_gpu);
+    EXPECT_EQ(builtConnectorNames(), "tcp, cuda_ipc, nccl");
+#else
+    EXPECT_EQ(builtConnectorNames(), "tcp, cuda_ipc");
     EXPECT_FALSE(connectorCapabilities(ConnectorKind::kNccl).has_value());
+#endif
+#else
+    EXPECT_EQ(builtConnectorNames(), "tcp");
+    EXPECT_FALSE(connectorCapabilities(ConnectorKind::kCudaIpc).has_value());
+#endif
 }
 
 TEST(ConnectorFactory, EachKindOnEachDeviceForBothRoles) {
@@ -63,8 +93,20 @@ TEST(ConnectorFactory, EachKindOnEachDeviceForBothRoles) {
             for (const char* kind : {"cuda_ipc", "nccl"}) {
                 const core::Status s =
                     checkConnectorUsable(config(fmt::format(R"({{"connector":"{}"}})", kind), role), role, device);
+                if (connectorCapabilities(*parseConnector(kind)).has_value()) {
+                    // Built: a device-memory connector serves GPU ranks only.
+                    if (device.isCpu()) {
+                        EXPECT_EQ(s.code(), core::StatusCode::kInvalidArgument) << where << " " << kind;
+                        EXPECT_THAT(s.message(),
+                                    HasSubstr(fmt::format("afd.connector \"{}\" moves device memory", kind)));
+                    } else {
+                        EXPECT_TRUE(s.isOk()) << where << " " << kind << ": " << s.toString();
+                    }
+                    continue;
+                }
                 EXPECT_EQ(s.code(), core::StatusCode::kInvalidArgument) << where << " " << kind;
-                EXPECT_EQ(s.message(), fmt::format("afd.connector \"{}\": this build's connectors are: tcp", kind))
+                EXPECT_EQ(s.message(), fmt::format("afd.connector \"{}\": this build's connectors are: {}", kind,
+                                                   builtConnectorNames()))
                     << where;
             }
         }
@@ -72,7 +114,7 @@ TEST(ConnectorFactory, EachKindOnEachDeviceForBothRoles) {
 }
 
 TEST(ConnectorFactory, ADeviceMemoryConnectorNeedsACudaDeviceOnEveryRank) {
-    // The rule a device-memory backend meets once it registers (none of this build does).
+    // The rule every device-memory backend meets (checked on a made-up entry, whatever this build has).
     ConnectorCapabilities device_memory;
     device_memory.kind = ConnectorKind::kNccl;
     device_memory.memory = ConnectorMemory::kDevice;
@@ -131,8 +173,11 @@ TEST(ConnectorFactory, ValidateRequestNamesWhatIsWrong) {
     r = good;
     r.experts_per_token = 0;
     expectInvalid(r, "experts_per_token 0");
+    // A CPU rank (the request's device) with nccl: refused as unbuilt, or as device memory on the CPU.
     r = request(R"({"connector":"nccl"})", Role::kFfn, 0);
-    expectInvalid(r, "afd.connector \"nccl\": this build's connectors are: tcp");
+    expectInvalid(r, connectorCapabilities(ConnectorKind::kNccl)
+                         ? std::string("afd.connector \"nccl\" moves device memory")
+                         : "afd.connector \"nccl\": this build's connectors are: " + builtConnectorNames());
 }
 
 TEST(ConnectorFactory, MakersRefuseBeforeTouchingTheNetwork) {

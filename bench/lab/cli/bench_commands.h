@@ -13,6 +13,7 @@ void addBenchRouterCommand(CLI::App& bench, int& exit_code);
 void addBenchStreamCommand(CLI::App& bench, int& exit_code);
 void addBenchGenerateCommand(CLI::App& bench, int& exit_code);
 void addBenchGemmCommand(CLI::App& bench, int& exit_code);
-void addBenchServeCommand(CLI::App& bench, int& exit_code);  // a load client for OpenAI-compatible servers
+void addBenchTransportCommand(CLI::App& bench, int& exit_code);  // a device connector's round trip
+void addBenchServeCommand(CLI::App& bench, int& exit_code);      // a load client for OpenAI-compatible servers
 
 }  // namespace afd::cli

@@ -15,6 +15,7 @@ void addBenchCommand(CLI::App& app, int& exit_code) {
     addBenchStreamCommand(*bench, exit_code);
     addBenchGenerateCommand(*bench, exit_code);
     addBenchGemmCommand(*bench, exit_code);
+    addBenchTransportCommand(*bench, exit_code);
     addBenchServeCommand(*bench, exit_code);
 }
 

@@ -32,6 +32,7 @@ struct BenchGenerateFlags {
     std::vector<int64_t> batches;
     std::vector<int64_t> contexts;
     std::string csv;
+    std::optional<std::string> additional_config;  // --additional-config: an AFD attention rank
 };
 
 // The points: --batch x --context when either is given (batch 1, 8, 32, 64, 128, 256 and context 1024 for the one not
@@ -87,7 +88,7 @@ void printTable(const lab::GenerateBenchResult& r, const lab::GenerateBenchOptio
         "device: {}  copy {:.2f} TB/s (read+write)  bf16 gemm {:.0f} TFLOP/s (cuBLASLt 8192^3, after the "
         "warm-up)\n",
         r.device, r.copy_tbps, r.gemm_tflops);
-    fmt::print("afd dense engine, {}; {:.1f} GB of weights on the device; {}\n", r.model, r.weight_gb, r.graphs);
+    fmt::print("afd {}, {}; {:.1f} GB of weights on the device; {}\n", r.engine, r.model, r.weight_gb, r.graphs);
     fmt::print(
         "ms per engine step by the wall clock (decode: median of {} steps after {} warm-up; prefill: of {}); "
         "decode floor = bytes read / copy rate, prefill floor = FLOPs / GEMM rate\n",
@@ -131,6 +132,12 @@ int runBenchGenerate(BenchGenerateFlags& flags) {
     flags.options.points = decodePoints(flags);
     if (!checkFlags(flags)) return core::kExitBadConfig;
     flags.model.random_weights = true;
+    auto afd = transport::resolveAfdConfig(flags.additional_config, std::nullopt, transport::Role::kAttention);
+    if (!afd.isOk()) {
+        AFD_LOG_ERROR("{}: {}", kCommand, afd.status().message());
+        return core::kExitBadConfig;
+    }
+    flags.options.afd = *afd;
     auto source = openModelSource(flags.model, "qwen3-30b-a3b");
     if (!source.isOk()) {
         AFD_LOG_ERROR("{}: {}", kCommand, source.status().message());
@@ -186,6 +193,10 @@ void addBenchGenerateCommand(CLI::App& bench, int& exit_code) {
                     "decode steps of more sequences run eagerly (0: the engine's default)")
         ->check(CLI::NonNegativeNumber);
     addWarmupMsOption(*cmd, o.warmup_ms);
+    cmd->add_option("--additional-config", flags->additional_config,
+                    "JSON with an \"afd\" object: time one AFD attention rank (start its FFN ranks with `afd ffn "
+                    "--random-weights`, same config and seed) instead of the dense engine");
+    cmd->add_flag("--dbo,--enable-dbo", o.dual_batch_overlap, "two-stage steps (dual-batch overlap)");
     cmd->add_option("--csv", flags->csv, "also write the rows to this CSV file");
     cmd->callback([flags, &exit_code] { exit_code = runBenchGenerate(*flags); });
 #else

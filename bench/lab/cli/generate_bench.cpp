@@ -283,6 +283,12 @@ core::Result<GenerateBenchResult> runGenerateBench(const GenerateBenchOptions& o
     dense.engine.block_size = bs;
     dense.engine.num_kv_blocks = kv_blocks;
     dense.engine.enforce_eager = o.enforce_eager;
+    dense.engine.dual_batch_overlap = o.dual_batch_overlap;
+    dense.afd = o.afd;
+    result.engine =
+        o.afd ? fmt::format("AFD attention rank ({} {} {}A{}F)", transport::connectorName(o.afd->connector),
+                            transport::modeName(o.afd->mode()), o.afd->num_attention_ranks, o.afd->num_ffn_ranks)
+              : std::string("dense engine");
     dense.engine.cuda_graph_max_batch_size = o.cuda_graph_max_batch_size;
     dense.gpu.kv_given = true;
     RoutingProbe* probe = nullptr;

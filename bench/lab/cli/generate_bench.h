@@ -22,6 +22,7 @@
 
 #include "cli/model_source.h"
 #include "core/status.h"
+#include "transport/afd_config.h"
 
 namespace afd::lab {
 
@@ -37,6 +38,10 @@ struct GenerateBenchOptions {
     int64_t cuda_graph_max_batch_size = 0;  // 0: the engine's default
     double warmup_ms = 300.0;               // before each rate measurement (lab/bench_result.h)
     uint64_t seed = 1;                      // prompt tokens (the weights' seed is the source's)
+    // Time one AFD attention rank instead of the dense engine: its FFN ranks (`afd ffn --random-weights` with the
+    // same config and seed) serve the MLPs; the floor is the dense one.
+    std::optional<transport::AfdConfig> afd;
+    bool dual_batch_overlap = false;  // two-stage steps (the AFD rank's DBO)
 };
 
 struct GenerateBenchRow {
@@ -70,6 +75,7 @@ struct GenerateBenchResult {
     double gemm_tflops = 0;
     double weight_gb = 0;
     std::string graphs;  // "eager" or the captured batch sizes
+    std::string engine;  // "dense engine" or "AFD attention rank (cuda_ipc m2n 1A2F)"
     std::vector<GenerateBenchRow> rows;
 };
 

@@ -25,6 +25,12 @@ RoutingProbe::RoutingProbe(std::unique_ptr<attention::MlpBackend> inner, const m
     recorded_.assign(static_cast<size_t>(moe_layers), 0);
     router_supported_ = config.num_experts % 32 == 0 && config.num_experts <= 256 && config.hidden_size % 16 == 0 &&
                         config.num_experts_per_tok <= 32;
+    // A p2p attention rank holds no routers (its FFN peer routes): nothing to probe.
+    for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+        if (config.isMoeLayer(l) && weights.mlp[static_cast<size_t>(l)].router.rawData() == nullptr) {
+            router_supported_ = false;
+        }
+    }
     if (moe_layers == 0 || !router_supported_) return;
     const auto K = static_cast<size_t>(config.num_experts_per_tok);
     const auto rows = static_cast<size_t>(max_rows);

@@ -36,6 +36,9 @@ public:
     core::Status collect(int64_t layer, int stage) override { return inner_->collect(layer, stage); }
     core::Status endStep() override { return inner_->endStep(); }
     core::Status resetAfterFailedStep() override { return inner_->resetAfterFailedStep(); }
+    core::Status beforeReplay(const attention::StepPlan& plan) override { return inner_->beforeReplay(plan); }
+    core::Status checkStepCompleted() override { return inner_->checkStepCompleted(); }
+    std::span<const LayerTiming> stepLayerTimings() const override { return inner_->stepLayerTimings(); }
     bool capturable() const override { return inner_->capturable(); }
     std::vector<LayerTiming> layerTimings() const override { return inner_->layerTimings(); }
 

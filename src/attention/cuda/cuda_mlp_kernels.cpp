@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/dense_cuda.h"
 #include "kernels/moe_cuda.h"
 #include "kernels/router.h"
@@ -23,7 +24,11 @@ void expectOnGpu(const core::Tensor& t, int gpu, int64_t layer, const char* what
 
 CudaMlpKernels::CudaMlpKernels(const model::ModelConfig& config, const model::ModelWeights& weights, int gpu,
                                cudaStream_t stream)
-    : config_(config), weights_(weights), gpu_(gpu), stream_(stream) {
+    : config_(config),
+      weights_(weights),
+      gpu_(gpu),
+      stream_(stream),
+      shared_sms_(kernels::cuda::sharedThroughMps(gpu)) {
     AFD_CHECK(static_cast<int64_t>(weights.mlp.size()) == config.num_hidden_layers,
               "CUDA MLP: {} MLP layers for {} layers", weights.mlp.size(), config.num_hidden_layers);
     const int64_t H = config.hidden_size;
@@ -132,6 +137,7 @@ void CudaMlpKernels::experts(int64_t layer, const core::Bf16* x, int64_t n, floa
     p.w2 = w.w2.data<core::Bf16>();
     p.out = out;
     p.out_f32 = true;
+    p.shared_sms = shared_sms_;
     kernels::moeForwardCuda(p, moe_workspace_.get(), moe_workspace_.bytes(), stream_);
 }
 
@@ -154,6 +160,7 @@ void CudaMlpKernels::dense(int64_t layer, const core::Bf16* x, int64_t n, float*
     p.w2 = w.w2.data<core::Bf16>();
     p.out = out;
     p.out_f32 = true;
+    p.shared_sms = shared_sms_;
     kernels::moeForwardCuda(p, moe_workspace_.get(), moe_workspace_.bytes(), stream_);
 }
 

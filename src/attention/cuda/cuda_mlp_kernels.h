@@ -55,6 +55,7 @@ private:
     int64_t max_experts_ = 1;
     int64_t max_inter_ = 1;
     int64_t max_top_k_ = 1;
+    bool shared_sms_ = false;                    // an MPS client (kernels::MoeParams::shared_sms)
     kernels::cuda::DeviceBuffer topk_ids_;       // [capacity, K] I32
     kernels::cuda::DeviceBuffer topk_weights_;   // [capacity, K] F32
     kernels::cuda::DeviceBuffer dense_ids_;      // [capacity] I32, all 0

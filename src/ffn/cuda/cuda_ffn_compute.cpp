@@ -17,14 +17,18 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_memory.h"
+#include "kernels/device_random.h"
 #include "kernels/expert_count_cuda.h"
+#include "kernels/fill_cuda.h"
 #include "kernels/moe_cuda.h"
 #include "kernels/router.h"
+#include "model/synthetic.h"
 
 namespace afd::ffn {
 namespace {
 
 using kernels::cuda::DeviceBuffer;
+using kernels::cuda::Event;
 using kernels::cuda::GraphExec;
 using kernels::cuda::PinnedBuffer;
 using kernels::cuda::Stream;
@@ -70,10 +74,12 @@ struct DeviceLayer {
 
 class CudaFfnCompute : public FfnCompute {
 public:
-    CudaFfnCompute(const model::ModelConfig& config, int gpu, int64_t max_rows)
-        : config_(config), gpu_(gpu), max_rows_(max_rows) {}
+    CudaFfnCompute(const model::ModelConfig& config, int gpu, int64_t max_rows, int num_device_lanes, bool graphs)
+        : config_(config), gpu_(gpu), max_rows_(max_rows), num_device_lanes_(num_device_lanes), allow_graphs_(graphs) {}
 
     core::Status init(model::ModelWeights weights);
+    // The weights gen-model writes with `seed`, drawn on the GPU for `selection` (no checkpoint, no host copy).
+    core::Status initRandom(const model::WeightSelection& selection, uint64_t seed);
 
     core::Status moePartial(int64_t layer, int64_t num_tokens, const float* x, const int32_t* ids, const float* weights,
                             float* out) override {
@@ -83,41 +89,69 @@ public:
         return run(layer, num_tokens, x, nullptr, nullptr, out);
     }
     bool routedTokenTotals(std::span<uint64_t> totals) const override;
+    int numDeviceLanes() const override { return num_device_lanes_; }
+    void* laneStream(int lane) override { return lanes_.at(static_cast<size_t>(lane)).stream->get(); }
+    core::Status computeDevice(int lane, int64_t layer, std::span<const DevicePeerRows> peers) override;
+    const float* laneOutput(int lane) const override { return lanes_.at(static_cast<size_t>(lane)).out.as<float>(); }
+    core::Status synchronizeLanes() override;
+    core::Status beginStepCapture(int lane) override;
+    core::Result<int> endStepCapture(int lane, bool keep) override;
+    core::Status launchStepGraph(int graph, int lane) override;
     std::string describe() const override { return fmt::format("cuda:{} ({})", gpu_, device_name_); }
     uint64_t deviceWeightBytes() const override { return weight_bytes_; }
     void release() override;
 
 private:
+    struct Lane;
+    core::Status begin();
+    // Buffers, lanes and graphs, once the layers' weights are on the GPU.
+    core::Status setup(int64_t max_experts, int64_t max_inter);
     core::Status run(int64_t layer, int64_t T, const float* x, const int32_t* ids, const float* weights, float* out);
-    // Enqueues the layer's kernels for `rows` staged rows on the stream.
-    void enqueue(int64_t layer, int64_t rows);
-    // The instantiated graph of enqueue(layer, bucket), captured on the stream the first time.
-    const GraphExec& graphFor(int64_t layer, int64_t bucket);
+    // Enqueues the layer's kernels for `rows` staged rows on the lane's stream.
+    void enqueue(Lane& lane, int64_t layer, int64_t rows);
+    // The instantiated graph of enqueue(lane, layer, bucket), captured on the lane's stream the first time.
+    const GraphExec& graphFor(Lane& lane, int64_t layer, int64_t bucket);
+    // Runs enqueue(lane, layer, bucket) as its graph, or eagerly.
+    void launch(Lane& lane, int64_t layer, int64_t bucket);
     // Copies the device's per-expert totals into `totals` [num_experts] through the reader's own stream. Caller holds
     // totals_mutex_.
     void readRoutedTotals(std::span<uint64_t> totals) const;
 
+    // One stream with its own buffers, workspaces and graphs: lane 0 serves the host calls too.
+    struct Lane {
+        std::unique_ptr<Stream> stream;
+        DeviceBuffer x, ids, weights, out, workspace;
+        DeviceBuffer router_workspace;                            // p2p layers routed here: the router's partial logits
+        DeviceBuffer valid_rows;                                  // [1] int32: the rows the count kernel takes
+        std::map<std::pair<int64_t, int64_t>, GraphExec> graphs;  // (layer, bucket), all captured by init()
+    };
+
     const model::ModelConfig& config_;
     const int gpu_;
     const int64_t max_rows_;
+    const int num_device_lanes_;
+    const bool allow_graphs_;  // false: --enforce-eager
     std::string device_name_;
     uint64_t weight_bytes_ = 0;
     bool use_graphs_ = true;
+    bool shared_sms_ = false;  // an MPS client: other processes' kernels may hold SMs (MoeParams::shared_sms)
+    bool m2n_ = false;         // no layer routes here: the callers send ids (m2n)
     std::vector<DeviceLayer> layers_;
-    std::unique_ptr<Stream> stream_;
-    DeviceBuffer x_dev_, ids_dev_, weights_dev_, out_dev_, workspace_;
-    DeviceBuffer router_workspace_;  // p2p layers routed here: the router's partial logits
+    std::vector<Lane> lanes_;
+    std::vector<GraphExec> step_graphs_;            // whole steps (FfnRunner), by id
+    std::vector<Event> fork_events_, join_events_;  // [lane]: lanes 1.. joining a step capture of lane 0
+    DeviceBuffer dense_routing_;                    // [rows] int32 0, then [rows] float 1: a dense layer's one expert
     PinnedBuffer x_host_, ids_host_, weights_host_, out_host_;
-    std::map<std::pair<int64_t, int64_t>, GraphExec> graphs_;  // (layer, bucket), all captured by init()
+    PinnedBuffer valid_rows_host_;
     bool released_ = false;
 
-    // p2p routing counts: after each counted layer's MoE, a kernel in the same graph adds the entries of the call's
-    // first *valid_rows_dev_ rows (the call's real rows: the bucket's padding rows are routed too, and left out) to
-    // routed_counts_dev_ [num_experts] uint64, which only grows. No host synchronisation on the compute stream.
+    // Routing counts (p2p; m2n device calls): after each counted layer's MoE, a kernel in the same graph adds the
+    // entries of the call's first *lane.valid_rows rows (the call's real rows: the bucket's padding rows are routed
+    // too, and left out) to routed_counts_dev_ [num_experts] uint64, which only grows. No host synchronisation on the
+    // compute stream.
     bool counting_ = false;
+    int64_t counted_experts_ = 0;  // p2p: every expert of the model; m2n device calls: this rank's (local ids)
     DeviceBuffer routed_counts_dev_;
-    DeviceBuffer valid_rows_dev_;  // [1] int32, copied in before each launch
-    PinnedBuffer valid_rows_host_;
     // The reader (routedTokenTotals, on the admin thread while the worker computes): a stream, a device snapshot and a
     // pinned copy of its own, so that it synchronises nothing of the compute's. totals_mutex_ serialises readers and
     // release(), which keeps the last totals in final_totals_ before it frees the device side.
@@ -130,16 +164,105 @@ private:
     std::vector<uint64_t> final_totals_;
 };
 
-core::Status CudaFfnCompute::init(model::ModelWeights weights) {
+core::Status CudaFfnCompute::begin() {
     AFD_CUDA_CHECK(cudaSetDevice(gpu_));
     device_name_ = kernels::cuda::deviceInfo(gpu_).name;
+    shared_sms_ = kernels::cuda::sharedThroughMps(gpu_);
     auto graphs = core::envBool("AFD_FFN_CUDA_GRAPHS", true);
     if (!graphs.isOk()) return graphs.status();
-    use_graphs_ = *graphs;
+    use_graphs_ = *graphs && allow_graphs_;
     const int64_t H = config_.hidden_size;
-    const int64_t K = config_.num_experts_per_tok;
     if (H % 64 != 0) return core::unsupported("--device cuda needs hidden_size % 64 == 0, got {}", H);
-    stream_ = std::make_unique<Stream>();
+    return core::Status::ok();
+}
+
+core::Status CudaFfnCompute::initRandom(const model::WeightSelection& selection, uint64_t seed) {
+    AFD_RETURN_IF_ERROR(begin());
+    const int64_t H = config_.hidden_size;
+    layers_.resize(static_cast<size_t>(config_.num_hidden_layers));
+    // Every layer's expert keys (model::syntheticTensorKey of the tensors gen-model writes) in one upload.
+    std::vector<uint64_t> host_keys;
+    std::vector<size_t> key_offset(layers_.size(), 0);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+        DeviceLayer& d = layers_[l];
+        const auto layer = static_cast<int64_t>(l);
+        d.is_moe = config_.isMoeLayer(layer);
+        const int64_t begin = d.is_moe ? selection.expert_begin : 0;
+        const int64_t end = d.is_moe ? selection.expert_end : (selection.dense_mlp ? 1 : 0);
+        key_offset[l] = host_keys.size();
+        if (end <= begin) continue;
+        d.present = true;
+        d.num_experts = end - begin;
+        for (int64_t e = begin; e < end; ++e) {
+            for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+                host_keys.push_back(model::syntheticTensorKey(
+                    d.is_moe ? model::expertTensorName(layer, e, proj)
+                             : fmt::format("{}mlp.{}.weight", model::layerPrefix(layer), proj),
+                    seed));
+            }
+        }
+    }
+    DeviceBuffer keys(std::max<size_t>(host_keys.size(), 1) * sizeof(uint64_t));
+    AFD_CUDA_CHECK(
+        cudaMemcpy(keys.get(), host_keys.data(), host_keys.size() * sizeof(uint64_t), cudaMemcpyHostToDevice));
+    int64_t max_experts = 1, max_inter = 1;
+    for (size_t l = 0; l < layers_.size(); ++l) {
+        DeviceLayer& d = layers_[l];
+        if (!d.present) continue;
+        const auto layer = static_cast<int64_t>(l);
+        const int64_t I = d.is_moe ? config_.moe_intermediate_size : config_.intermediate_size;
+        d.inter = kernels::moePackedWidth(I);
+        const kernels::MoePackedWeightBytes packed = kernels::moePackedWeightBytes(d.num_experts, H, I);
+        d.w13 = DeviceBuffer(packed.w13);
+        d.w2 = DeviceBuffer(packed.w2);
+        const std::string first = d.is_moe ? model::expertTensorName(layer, selection.expert_begin, "gate_proj")
+                                           : fmt::format("{}mlp.gate_proj.weight", model::layerPrefix(layer));
+        const std::string down = d.is_moe ? model::expertTensorName(layer, selection.expert_begin, "down_proj")
+                                          : fmt::format("{}mlp.down_proj.weight", model::layerPrefix(layer));
+        kernels::SyntheticPackedMlpParams mp;
+        mp.num_experts = d.num_experts;
+        mp.hidden = H;
+        mp.inter = I;
+        mp.keys = keys.as<uint64_t>() + key_offset[l];
+        mp.gate_up_half_width = model::syntheticDistribution(first, {I, H}).half_width;
+        mp.down_half_width = model::syntheticDistribution(down, {H, I}).half_width;
+        mp.w13_packed = d.w13.as<core::Bf16>();
+        mp.w2_packed = d.w2.as<core::Bf16>();
+        kernels::syntheticPackedMlpCuda(mp, nullptr);
+        weight_bytes_ += packed.w13 + packed.w2;
+        max_experts = std::max(max_experts, d.num_experts);
+        max_inter = std::max(max_inter, d.inter);
+        if (d.is_moe && selection.router) {
+            if (!gpuRouterTakes(config_)) {
+                return core::unsupported(
+                    "--random-weights on an FFN rank routes on the GPU, whose router takes 1..256 "
+                    "experts and top-k <= 32; this model has {} experts, top-k {}",
+                    config_.num_experts, config_.num_experts_per_tok);
+            }
+            d.counts_routing = true;
+            counting_ = true;
+            d.route_here = true;
+            const std::string name = model::layerPrefix(layer) + "mlp.gate.weight";
+            const model::SyntheticDistribution dist = model::syntheticDistribution(name, {config_.num_experts, H});
+            d.router = DeviceBuffer(static_cast<size_t>(config_.num_experts * H) * sizeof(uint16_t));
+            kernels::SyntheticFillParams fill;
+            fill.out = d.router.as<core::Bf16>();
+            fill.count = config_.num_experts * H;
+            fill.key = model::syntheticTensorKey(name, seed);
+            fill.centre = dist.centre;
+            fill.half_width = dist.half_width;
+            kernels::syntheticFillCuda(fill, nullptr);
+            weight_bytes_ += d.router.bytes();
+        }
+    }
+    AFD_CUDA_CHECK(cudaDeviceSynchronize());
+    AFD_LOG_INFO("{}: drew {} bytes of random weights (seed {})", describe(), weight_bytes_, seed);
+    return setup(max_experts, max_inter);
+}
+
+core::Status CudaFfnCompute::init(model::ModelWeights weights) {
+    AFD_RETURN_IF_ERROR(begin());
+    const int64_t H = config_.hidden_size;
     layers_.resize(weights.mlp.size());
     int64_t max_experts = 1, max_inter = 1;
     for (size_t l = 0; l < weights.mlp.size(); ++l) {
@@ -181,31 +304,72 @@ core::Status CudaFfnCompute::init(model::ModelWeights weights) {
             weight_bytes_ += w.router.nbytes();
         }
     }
+    return setup(max_experts, max_inter);
+}
+
+core::Status CudaFfnCompute::setup(int64_t max_experts, int64_t max_inter) {
+    const int64_t H = config_.hidden_size;
+    const int64_t K = config_.num_experts_per_tok;
     const int64_t rows = bucketFor(max_rows_);
-    x_dev_ = DeviceBuffer(static_cast<size_t>(rows * H) * sizeof(uint16_t));
-    out_dev_ = DeviceBuffer(static_cast<size_t>(rows * H) * sizeof(float));
-    ids_dev_ = DeviceBuffer(static_cast<size_t>(rows * K) * sizeof(int32_t));
-    weights_dev_ = DeviceBuffer(static_cast<size_t>(rows * K) * sizeof(float));
-    workspace_ = DeviceBuffer(kernels::moeCudaWorkspaceBytes(rows, K, max_experts, H, max_inter));
-    if (std::any_of(layers_.begin(), layers_.end(), [](const DeviceLayer& d) { return d.route_here; })) {
-        router_workspace_ = DeviceBuffer(kernels::routerCudaWorkspaceBytes(rows, H, config_.num_experts));
+    m2n_ = std::none_of(layers_.begin(), layers_.end(), [](const DeviceLayer& d) { return d.counts_routing; });
+    if (num_device_lanes_ > 0 && !m2n_) {
+        for (const DeviceLayer& d : layers_) {
+            if (d.counts_routing && !d.route_here) {
+                return core::unsupported(
+                    "the device data plane routes p2p MoE layers on the GPU, whose router takes 1..256 experts and "
+                    "top-k <= 32; this model has {} experts, top-k {}: use the tcp connector",
+                    config_.num_experts, config_.num_experts_per_tok);
+            }
+        }
+    }
+    if (num_device_lanes_ > 0 && m2n_) {
+        // m2n device calls: the frames' local ids are counted here (the host never sees them).
+        for (DeviceLayer& d : layers_) {
+            if (d.present && d.is_moe) {
+                d.counts_routing = true;
+                counting_ = true;
+                counted_experts_ = std::max(counted_experts_, d.num_experts);
+            }
+        }
+    } else if (counting_) {
+        counted_experts_ = config_.num_experts;
+    }
+    const bool routes = std::any_of(layers_.begin(), layers_.end(), [](const DeviceLayer& d) { return d.route_here; });
+    lanes_.resize(static_cast<size_t>(std::max(1, num_device_lanes_)));
+    for (Lane& lane : lanes_) {
+        lane.stream = std::make_unique<Stream>();
+        lane.x = DeviceBuffer(static_cast<size_t>(rows * H) * sizeof(uint16_t));
+        lane.out = DeviceBuffer(static_cast<size_t>(rows * H) * sizeof(float));
+        lane.ids = DeviceBuffer(static_cast<size_t>(rows * K) * sizeof(int32_t));
+        lane.weights = DeviceBuffer(static_cast<size_t>(rows * K) * sizeof(float));
+        lane.workspace = DeviceBuffer(kernels::moeCudaWorkspaceBytes(rows, K, max_experts, H, max_inter));
+        if (routes)
+            lane.router_workspace = DeviceBuffer(kernels::routerCudaWorkspaceBytes(rows, H, config_.num_experts));
+        lane.valid_rows = DeviceBuffer(sizeof(int32_t));
+    }
+    fork_events_.resize(lanes_.size());
+    join_events_.resize(lanes_.size());
+    if (num_device_lanes_ > 0) {
+        // A dense layer's routing for device calls: every row to expert 0 with weight 1.
+        dense_routing_ = DeviceBuffer(static_cast<size_t>(rows) * (sizeof(int32_t) + sizeof(float)));
+        kernels::fillWords32Cuda(dense_routing_.get(), 0, rows, lanes_[0].stream->get());
+        kernels::fillWords32Cuda(dense_routing_.as<int32_t>() + rows, 0x3f800000u, rows, lanes_[0].stream->get());
     }
     if (counting_) {
-        if (config_.num_experts > kernels::kMaxCountedExperts) {
-            return core::unsupported("--device cuda counts the p2p routing of at most {} experts, the model has {}",
-                                     kernels::kMaxCountedExperts, config_.num_experts);
+        if (counted_experts_ > kernels::kMaxCountedExperts) {
+            return core::unsupported("--device cuda counts the routing of at most {} experts, the model has {}",
+                                     kernels::kMaxCountedExperts, counted_experts_);
         }
-        const size_t count_bytes = static_cast<size_t>(config_.num_experts) * sizeof(uint64_t);
+        const size_t count_bytes = static_cast<size_t>(counted_experts_) * sizeof(uint64_t);
         routed_counts_dev_ = DeviceBuffer(count_bytes);
-        valid_rows_dev_ = DeviceBuffer(sizeof(int32_t));
         valid_rows_host_ = PinnedBuffer(sizeof(int32_t));
         totals_stream_ = std::make_unique<Stream>();
         totals_snapshot_dev_ = DeviceBuffer(count_bytes);
         totals_host_ = PinnedBuffer(count_bytes);
-        // Zeroed on the compute stream and finished before any reader or graph can touch the totals.
-        AFD_CUDA_CHECK(cudaMemsetAsync(routed_counts_dev_.get(), 0, count_bytes, stream_->get()));
-        AFD_CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
+        // Zeroed on a lane's stream and finished before any reader or graph can touch the totals.
+        AFD_CUDA_CHECK(cudaMemsetAsync(routed_counts_dev_.get(), 0, count_bytes, lanes_[0].stream->get()));
     }
+    AFD_CUDA_CHECK(cudaStreamSynchronize(lanes_[0].stream->get()));
     x_host_ = PinnedBuffer(static_cast<size_t>(rows * H) * sizeof(uint16_t));
     out_host_ = PinnedBuffer(static_cast<size_t>(rows * H) * sizeof(float));
     ids_host_ = PinnedBuffer(static_cast<size_t>(rows * K) * sizeof(int32_t));
@@ -213,32 +377,37 @@ core::Status CudaFfnCompute::init(model::ModelWeights weights) {
     AFD_LOG_INFO("{}: {} bytes of weights in device memory, staging for {} rows, CUDA graphs {}", describe(),
                  weight_bytes_, rows, use_graphs_ ? "on" : "off");
     if (use_graphs_) {
-        // Every (layer, token bucket) graph now, so that no step pays for a capture (about a millisecond each).
+        // Every (lane, layer, token bucket) graph now, so that no step pays for a capture (about a millisecond each).
         const auto start = std::chrono::steady_clock::now();
         const std::vector<int64_t> buckets = bucketsUpTo(rows);
         int64_t present = 0;
-        for (size_t l = 0; l < layers_.size(); ++l) {
-            if (!layers_[l].present) continue;
-            ++present;
-            for (const int64_t bucket : buckets) graphFor(static_cast<int64_t>(l), bucket);
+        size_t graphs = 0;
+        for (Lane& lane : lanes_) {
+            present = 0;
+            for (size_t l = 0; l < layers_.size(); ++l) {
+                if (!layers_[l].present) continue;
+                ++present;
+                for (const int64_t bucket : buckets) graphFor(lane, static_cast<int64_t>(l), bucket);
+            }
+            AFD_CUDA_CHECK(cudaStreamSynchronize(lane.stream->get()));
+            graphs += lane.graphs.size();
         }
-        AFD_CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        AFD_LOG_INFO("{}: captured {} CUDA graphs ({} layers x {} token buckets, 16 ... {}) in {:.2f} s", describe(),
-                     graphs_.size(), present, buckets.size(), rows, seconds);
+        AFD_LOG_INFO("{}: captured {} CUDA graphs ({} lanes x {} layers x {} token buckets, 16 ... {}) in {:.2f} s",
+                     describe(), graphs, lanes_.size(), present, buckets.size(), rows, seconds);
     }
     return core::Status::ok();
 }
 
-const GraphExec& CudaFfnCompute::graphFor(int64_t layer, int64_t bucket) {
+const GraphExec& CudaFfnCompute::graphFor(Lane& lane, int64_t layer, int64_t bucket) {
     const auto key = std::make_pair(layer, bucket);
-    auto it = graphs_.find(key);
-    if (it == graphs_.end()) {
-        cudaStream_t s = stream_->get();
+    auto it = lane.graphs.find(key);
+    if (it == lane.graphs.end()) {
+        cudaStream_t s = lane.stream->get();
         cudaGraph_t graph = nullptr;
         AFD_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         try {
-            enqueue(layer, bucket);
+            enqueue(lane, layer, bucket);
         } catch (...) {
             // End the capture before the error leaves: a stream left capturing refuses every later call on it,
             // and the buffers' frees with it.
@@ -250,13 +419,25 @@ const GraphExec& CudaFfnCompute::graphFor(int64_t layer, int64_t bucket) {
         const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
         (void)cudaGraphDestroy(graph);
         AFD_CUDA_CHECK(instantiated);
-        it = graphs_.emplace(key, GraphExec(exec)).first;
+        it = lane.graphs.emplace(key, GraphExec(exec)).first;
         AFD_CUDA_CHECK(cudaGraphUpload(exec, s));  // the device copy now, not at the first launch
     }
     return it->second;
 }
 
-void CudaFfnCompute::enqueue(int64_t layer, int64_t rows) {
+void CudaFfnCompute::launch(Lane& lane, int64_t layer, int64_t bucket) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    AFD_CUDA_CHECK(cudaStreamIsCapturing(lane.stream->get(), &capture));
+    // Inside a step graph's capture the layer's kernels are recorded themselves (no graph launched in a graph).
+    if (use_graphs_ && capture == cudaStreamCaptureStatusNone) {
+        AFD_CUDA_CHECK(cudaGraphLaunch(graphFor(lane, layer, bucket).get(), lane.stream->get()));
+    } else {
+        enqueue(lane, layer, bucket);
+    }
+    AFD_CUDA_CHECK_LAUNCH();
+}
+
+void CudaFfnCompute::enqueue(Lane& lane, int64_t layer, int64_t rows) {
     const DeviceLayer& d = layers_[static_cast<size_t>(layer)];
     kernels::MoeParams p;
     p.num_tokens = rows;
@@ -268,31 +449,32 @@ void CudaFfnCompute::enqueue(int64_t layer, int64_t rows) {
     // by entries per expert follow the share it serves).
     p.routed_experts = d.is_moe ? config_.num_experts : 0;
     p.act_dtype = kernels::ActDType::kBf16;
-    p.x = x_dev_.get();
-    p.topk_ids = ids_dev_.as<int32_t>();
-    p.topk_weights = weights_dev_.as<float>();
+    p.x = lane.x.get();
+    p.topk_ids = lane.ids.as<int32_t>();
+    p.topk_weights = lane.weights.as<float>();
     p.w13 = d.w13.as<core::Bf16>();
     p.w2 = d.w2.as<core::Bf16>();
-    p.out = out_dev_.get();
+    p.out = lane.out.get();
     // The sums leave in FP32: an m2n attention rank adds its FFN ranks' partial sums as one rank's whole sum.
     p.out_f32 = true;
+    p.shared_sms = shared_sms_;
     if (d.route_here) {
         const kernels::RouterParams r =
-            kernels::routerParams(config_, rows, kernels::ActDType::kBf16, x_dev_.get(), d.router.as<core::Bf16>(),
-                                  ids_dev_.as<int32_t>(), weights_dev_.as<float>());
-        kernels::routerForwardCuda(r, router_workspace_.get(), router_workspace_.bytes(), stream_->get());
+            kernels::routerParams(config_, rows, kernels::ActDType::kBf16, lane.x.get(), d.router.as<core::Bf16>(),
+                                  lane.ids.as<int32_t>(), lane.weights.as<float>());
+        kernels::routerForwardCuda(r, lane.router_workspace.get(), lane.router_workspace.bytes(), lane.stream->get());
     }
-    kernels::moeForwardCuda(p, workspace_.get(), workspace_.bytes(), stream_->get());
+    kernels::moeForwardCuda(p, lane.workspace.get(), lane.workspace.bytes(), lane.stream->get());
     if (d.counts_routing) {
         // After the MoE, off the router-to-MoE path; it reads the ids the MoE leaves untouched.
         kernels::ExpertTokenCountParams c;
         c.num_rows = rows;
         c.top_k = config_.num_experts_per_tok;
-        c.num_experts = config_.num_experts;
-        c.num_valid = valid_rows_dev_.as<int32_t>();
-        c.topk_ids = ids_dev_.as<int32_t>();
+        c.num_experts = counted_experts_;
+        c.num_valid = lane.valid_rows.as<int32_t>();
+        c.topk_ids = lane.ids.as<int32_t>();
         c.counts = routed_counts_dev_.as<uint64_t>();
-        kernels::countExpertTokensCuda(c, stream_->get());
+        kernels::countExpertTokensCuda(c, lane.stream->get());
     }
 }
 
@@ -329,40 +511,143 @@ core::Status CudaFfnCompute::run(int64_t layer, int64_t T, const float* x, const
         std::fill(ih + T * K, ih + bucket * K, -1);  // padding rows go to no expert
         std::fill(wh + T * K, wh + bucket * K, 0.0f);
     }
-    cudaStream_t s = stream_->get();
-    AFD_CUDA_CHECK(cudaMemcpyAsync(x_dev_.get(), xh, static_cast<size_t>(bucket * H) * sizeof(uint16_t),
+    Lane& lane = lanes_[0];
+    cudaStream_t s = lane.stream->get();
+    AFD_CUDA_CHECK(cudaMemcpyAsync(lane.x.get(), xh, static_cast<size_t>(bucket * H) * sizeof(uint16_t),
                                    cudaMemcpyHostToDevice, s));
     if (upload_routing) {
-        AFD_CUDA_CHECK(cudaMemcpyAsync(ids_dev_.get(), ids_host_.as<int32_t>(),
+        AFD_CUDA_CHECK(cudaMemcpyAsync(lane.ids.get(), ids_host_.as<int32_t>(),
                                        static_cast<size_t>(bucket * K) * sizeof(int32_t), cudaMemcpyHostToDevice, s));
-        AFD_CUDA_CHECK(cudaMemcpyAsync(weights_dev_.get(), weights_host_.as<float>(),
+        AFD_CUDA_CHECK(cudaMemcpyAsync(lane.weights.get(), weights_host_.as<float>(),
                                        static_cast<size_t>(bucket * K) * sizeof(float), cudaMemcpyHostToDevice, s));
     }
     if (d.counts_routing) {
         // The rows the count kernel takes: this call's, or none for ids the caller routed (m2n-style moePartial).
         // The pinned word is free to rewrite: the previous call synchronised the stream before it returned.
         *valid_rows_host_.as<int32_t>() = ids == nullptr ? static_cast<int32_t>(T) : 0;
-        AFD_CUDA_CHECK(cudaMemcpyAsync(valid_rows_dev_.get(), valid_rows_host_.as<int32_t>(), sizeof(int32_t),
+        AFD_CUDA_CHECK(cudaMemcpyAsync(lane.valid_rows.get(), valid_rows_host_.as<int32_t>(), sizeof(int32_t),
                                        cudaMemcpyHostToDevice, s));
     }
-    if (use_graphs_) {
-        AFD_CUDA_CHECK(cudaGraphLaunch(graphFor(layer, bucket).get(), s));
-    } else {
-        enqueue(layer, bucket);
-    }
-    AFD_CUDA_CHECK_LAUNCH();
+    launch(lane, layer, bucket);
     auto* oh = out_host_.as<float>();
     AFD_CUDA_CHECK(
-        cudaMemcpyAsync(oh, out_dev_.get(), static_cast<size_t>(T * H) * sizeof(float), cudaMemcpyDeviceToHost, s));
+        cudaMemcpyAsync(oh, lane.out.get(), static_cast<size_t>(T * H) * sizeof(float), cudaMemcpyDeviceToHost, s));
     AFD_CUDA_CHECK(cudaStreamSynchronize(s));
     std::memcpy(out, oh, static_cast<size_t>(T * H) * sizeof(float));
     return core::Status::ok();
 }
 
+core::Status CudaFfnCompute::computeDevice(int lane_index, int64_t layer, std::span<const DevicePeerRows> peers) {
+    AFD_CHECK(!released_, "GPU FFN compute used after release()");
+    AFD_CHECK(lane_index >= 0 && lane_index < num_device_lanes_, "lane {} of {}", lane_index, num_device_lanes_);
+    const DeviceLayer& d = layers_[static_cast<size_t>(layer)];
+    AFD_CHECK(d.present, "layer {} has no weights on this rank", layer);
+    int64_t T = 0;
+    for (const DevicePeerRows& p : peers) T += p.rows;
+    AFD_CHECK(T <= max_rows_, "{} rows exceed the {} this rank was sized for", T, max_rows_);
+    if (T == 0) return core::Status::ok();
+    AFD_CUDA_CHECK(cudaSetDevice(gpu_));
+    Lane& lane = lanes_[static_cast<size_t>(lane_index)];
+    cudaStream_t s = lane.stream->get();
+    const int64_t H = config_.hidden_size;
+    const int64_t K = d.is_moe ? config_.num_experts_per_tok : 1;
+    const int64_t bucket = use_graphs_ ? bucketFor(T) : T;
+    // The peers' rows back to back (device to device; each peer's slot holds its rows contiguously).
+    auto* x = lane.x.as<uint16_t>();
+    auto* ids = lane.ids.as<int32_t>();
+    auto* weights = lane.weights.as<float>();
+    int64_t row = 0;
+    for (const DevicePeerRows& p : peers) {
+        if (p.rows == 0) continue;
+        AFD_CUDA_CHECK(cudaMemcpyAsync(x + row * H, p.x, static_cast<size_t>(p.rows * H) * sizeof(uint16_t),
+                                       cudaMemcpyDeviceToDevice, s));
+        if (d.is_moe && !d.route_here) {
+            AFD_CHECK(p.ids != nullptr && p.weights != nullptr, "m2n rows without ids or weights");
+            AFD_CUDA_CHECK(cudaMemcpyAsync(ids + row * K, p.ids, static_cast<size_t>(p.rows * K) * sizeof(int32_t),
+                                           cudaMemcpyDeviceToDevice, s));
+            AFD_CUDA_CHECK(cudaMemcpyAsync(weights + row * K, p.weights,
+                                           static_cast<size_t>(p.rows * K) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                           s));
+        }
+        row += p.rows;
+    }
+    if (!d.is_moe) {  // a dense layer: every row to the one expert
+        AFD_CUDA_CHECK(cudaMemcpyAsync(ids, dense_routing_.as<int32_t>(), static_cast<size_t>(T) * sizeof(int32_t),
+                                       cudaMemcpyDeviceToDevice, s));
+        AFD_CUDA_CHECK(cudaMemcpyAsync(weights, dense_routing_.as<int32_t>() + bucketFor(max_rows_),
+                                       static_cast<size_t>(T) * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    }
+    if (bucket > T) {
+        // The bucket's padding rows: zero inputs (a router sends them somewhere; their outputs are never read), and
+        // routed nowhere where the caller routes.
+        AFD_CUDA_CHECK(cudaMemsetAsync(x + T * H, 0, static_cast<size_t>((bucket - T) * H) * sizeof(uint16_t), s));
+        if (!d.route_here) {
+            kernels::fillWords32Cuda(ids + T * K, 0xffffffffu, (bucket - T) * K, s);
+            kernels::fillWords32Cuda(weights + T * K, 0, (bucket - T) * K, s);
+        }
+    }
+    if (d.counts_routing) kernels::fillWords32Cuda(lane.valid_rows.get(), static_cast<uint32_t>(T), 1, s);
+    launch(lane, layer, bucket);
+    return core::Status::ok();
+}
+
+core::Status CudaFfnCompute::beginStepCapture(int lane) {
+    AFD_CHECK(lane == 0, "step graphs are captured from lane 0, got {}", lane);
+    AFD_CUDA_CHECK(cudaSetDevice(gpu_));
+    cudaStream_t origin = lanes_[0].stream->get();
+    AFD_CUDA_CHECK(cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal));
+    // The other lanes join the capture (fork): what they enqueue becomes parallel branches of the one graph.
+    for (size_t l = 1; l < lanes_.size(); ++l) {
+        AFD_CUDA_CHECK(cudaEventRecord(fork_events_[l].get(), origin));
+        AFD_CUDA_CHECK(cudaStreamWaitEvent(lanes_[l].stream->get(), fork_events_[l].get(), 0));
+    }
+    return core::Status::ok();
+}
+
+core::Result<int> CudaFfnCompute::endStepCapture(int lane, bool keep) {
+    AFD_CHECK(lane == 0, "step graphs are captured from lane 0, got {}", lane);
+    AFD_CUDA_CHECK(cudaSetDevice(gpu_));
+    cudaStream_t s = lanes_[0].stream->get();
+    // Join every lane back into the origin before the capture ends.
+    for (size_t l = 1; l < lanes_.size(); ++l) {
+        AFD_CUDA_CHECK(cudaEventRecord(join_events_[l].get(), lanes_[l].stream->get()));
+        AFD_CUDA_CHECK(cudaStreamWaitEvent(s, join_events_[l].get(), 0));
+    }
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(s, &graph);
+    if (!keep || ended != cudaSuccess) {
+        if (graph != nullptr) (void)cudaGraphDestroy(graph);
+        AFD_CUDA_CHECK(ended);
+        return -1;
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    (void)cudaGraphDestroy(graph);
+    AFD_CUDA_CHECK(instantiated);
+    step_graphs_.emplace_back(exec);
+    AFD_CUDA_CHECK(cudaGraphUpload(exec, s));
+    return static_cast<int>(step_graphs_.size() - 1);
+}
+
+core::Status CudaFfnCompute::launchStepGraph(int graph, int lane) {
+    AFD_CHECK(graph >= 0 && graph < static_cast<int>(step_graphs_.size()), "step graph {} of {}", graph,
+              step_graphs_.size());
+    AFD_CUDA_CHECK(cudaSetDevice(gpu_));
+    AFD_CUDA_CHECK(cudaGraphLaunch(step_graphs_[static_cast<size_t>(graph)].get(),
+                                   lanes_.at(static_cast<size_t>(lane)).stream->get()));
+    return core::Status::ok();
+}
+
+core::Status CudaFfnCompute::synchronizeLanes() {
+    AFD_CUDA_CHECK(cudaSetDevice(gpu_));
+    for (Lane& lane : lanes_) AFD_CUDA_CHECK(cudaStreamSynchronize(lane.stream->get()));
+    return core::Status::ok();
+}
+
 bool CudaFfnCompute::routedTokenTotals(std::span<uint64_t> totals) const {
     if (!counting_) return false;
-    AFD_CHECK(totals.size() == static_cast<size_t>(config_.num_experts), "{} totals for {} experts", totals.size(),
-              config_.num_experts);
+    AFD_CHECK(totals.size() == static_cast<size_t>(counted_experts_), "{} totals for {} experts", totals.size(),
+              counted_experts_);
     std::lock_guard<std::mutex> lock(totals_mutex_);
     if (totals_final_) {
         if (!final_totals_ok_) return false;
@@ -399,10 +684,10 @@ void CudaFfnCompute::release() {
     if (counting_) {
         // The last totals stay readable after the device side is gone.
         std::lock_guard<std::mutex> lock(totals_mutex_);
-        final_totals_.assign(static_cast<size_t>(config_.num_experts), 0);
+        final_totals_.assign(static_cast<size_t>(counted_experts_), 0);
         if (totals_stream_ != nullptr) {  // null only when init() failed before allocating the counters
             try {
-                AFD_CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
+                for (Lane& lane : lanes_) AFD_CUDA_CHECK(cudaStreamSynchronize(lane.stream->get()));
                 readRoutedTotals(final_totals_);
                 final_totals_ok_ = true;
             } catch (const core::Error& e) {
@@ -414,22 +699,16 @@ void CudaFfnCompute::release() {
         totals_snapshot_dev_ = DeviceBuffer();
         totals_host_ = PinnedBuffer();
         routed_counts_dev_ = DeviceBuffer();
-        valid_rows_dev_ = DeviceBuffer();
         valid_rows_host_ = PinnedBuffer();
     }
-    graphs_.clear();
+    step_graphs_.clear();
+    lanes_.clear();
     layers_.clear();
-    x_dev_ = DeviceBuffer();
-    out_dev_ = DeviceBuffer();
-    ids_dev_ = DeviceBuffer();
-    weights_dev_ = DeviceBuffer();
-    workspace_ = DeviceBuffer();
-    router_workspace_ = DeviceBuffer();
+    dense_routing_ = DeviceBuffer();
     x_host_ = PinnedBuffer();
     out_host_ = PinnedBuffer();
     ids_host_ = PinnedBuffer();
     weights_host_ = PinnedBuffer();
-    stream_.reset();
 }
 
 }  // namespace
@@ -523,9 +802,23 @@ core::Status checkCudaFfnFits(const model::ModelConfig& config, const model::Wei
     return core::Status::ok();
 }
 
+core::Result<std::unique_ptr<FfnCompute>> createRandomCudaFfnCompute(const model::ModelConfig& config,
+                                                                     const model::WeightSelection& selection,
+                                                                     uint64_t seed, int gpu, int64_t max_rows,
+                                                                     int num_device_lanes, bool enforce_eager) {
+    auto compute = std::make_unique<CudaFfnCompute>(config, gpu, max_rows, num_device_lanes, !enforce_eager);
+    try {
+        AFD_RETURN_IF_ERROR(compute->initRandom(selection, seed));
+    } catch (const core::Error& e) {
+        return core::internalError("drawing the GPU FFN compute's random weights on cuda:{}: {}", gpu, e.what());
+    }
+    return std::unique_ptr<FfnCompute>(std::move(compute));
+}
+
 core::Result<std::unique_ptr<FfnCompute>> createCudaFfnCompute(const model::ModelConfig& config,
-                                                               model::ModelWeights weights, int gpu, int64_t max_rows) {
-    auto compute = std::make_unique<CudaFfnCompute>(config, gpu, max_rows);
+                                                               model::ModelWeights weights, int gpu, int64_t max_rows,
+                                                               int num_device_lanes, bool enforce_eager) {
+    auto compute = std::make_unique<CudaFfnCompute>(config, gpu, max_rows, num_device_lanes, !enforce_eager);
     try {
         AFD_RETURN_IF_ERROR(compute->init(std::move(weights)));
     } catch (const core::Error& e) {

@@ -26,9 +26,21 @@
 namespace afd::ffn {
 
 // `max_rows`: the most tokens one call may carry (the FFN rank's peers × afd.max_num_tokens); sizes the staging
-// buffers and the kernels' workspace.
+// buffers and the kernels' workspace. `num_device_lanes`: 0 for a rank fed through host memory (tcp); 1 or 2 (one
+// per dual-batch stage) for one fed by a device connector, whose computeDevice calls then count the m2n frames' local
+// ids per expert too (routedTokenTotals over this rank's experts). `enforce_eager`: no per-layer graphs (as
+// AFD_FFN_CUDA_GRAPHS=0).
 core::Result<std::unique_ptr<FfnCompute>> createCudaFfnCompute(const model::ModelConfig& config,
-                                                               model::ModelWeights weights, int gpu, int64_t max_rows);
+                                                               model::ModelWeights weights, int gpu, int64_t max_rows,
+                                                               int num_device_lanes = 0, bool enforce_eager = false);
+
+// As createCudaFfnCompute, with the weights `afd gen-model --seed seed` writes for `selection` drawn on the GPU
+// (kernels/device_random.h: no checkpoint is read).
+core::Result<std::unique_ptr<FfnCompute>> createRandomCudaFfnCompute(const model::ModelConfig& config,
+                                                                     const model::WeightSelection& selection,
+                                                                     uint64_t seed, int gpu, int64_t max_rows,
+                                                                     int num_device_lanes = 0,
+                                                                     bool enforce_eager = false);
 
 // The device memory createCudaFfnCompute allocates for the MLP weights `selection` picks (packed experts, routers run
 // on the GPU, the largest layer's upload staging) and for calls of up to `max_rows` rows (activations, the kernels'

@@ -27,4 +27,10 @@ DeviceInfo deviceInfo(int device) {
     return info;
 }
 
+bool sharedThroughMps(int device) {
+    int enabled = 0;
+    AFD_CUDA_CHECK(cudaDeviceGetAttribute(&enabled, cudaDevAttrMpsEnabled, device));
+    return enabled != 0;
+}
+
 }  // namespace afd::kernels::cuda

@@ -21,4 +21,8 @@ struct DeviceInfo {
 // Throws afd::core::Error if `device` does not exist.
 DeviceInfo deviceInfo(int device);
 
+// Whether contexts on `device` are MPS clients (cudaDevAttrMpsEnabled): kernels of other processes may then run on
+// its SMs beside this process's. Throws afd::core::Error if `device` does not exist.
+bool sharedThroughMps(int device);
+
 }  // namespace afd::kernels::cuda

@@ -69,6 +69,14 @@ Stream::~Stream() {
     if (stream_ != nullptr) logFree("cudaStreamDestroy", cudaStreamDestroy(stream_));
 }
 
+Event::Event(bool timing) {
+    AFD_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
+
+Event::~Event() {
+    if (event_ != nullptr) logFree("cudaEventDestroy", cudaEventDestroy(event_));
+}
+
 GraphExec::~GraphExec() {
     if (exec_ != nullptr) logFree("cudaGraphExecDestroy", cudaGraphExecDestroy(exec_));
 }

@@ -65,6 +65,22 @@ private:
     cudaStream_t stream_ = nullptr;
 };
 
+// An event on the current device: without timing (ordering between streams, the fork/join of a multi-stream capture),
+// or with it (cudaEventElapsedTime).
+class Event {
+public:
+    explicit Event(bool timing = false);
+    ~Event();
+    Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+    Event& operator=(Event&&) = delete;
+    Event(const Event&) = delete;
+    Event& operator=(const Event&) = delete;
+    cudaEvent_t get() const { return event_; }
+
+private:
+    cudaEvent_t event_ = nullptr;
+};
+
 class GraphExec {
 public:
     GraphExec() = default;

@@ -99,7 +99,7 @@ core::Result<std::unique_ptr<AttentionConnector>> createAttentionConnector(const
     }
     RankRecord self{Role::kAttention, options.rank, kProtocolVersion, options.fingerprint};
     AFD_ASSIGN_OR_RETURN(std::unique_ptr<Rendezvous> rendezvous,
-                         Rendezvous::join(rendezvousOptions(options), std::move(self)));
+                         Rendezvous::join(rendezvousOptions(options), std::move(self), options.extra_blobs));
     const Deadline deadline = deadlineAfter(options.rendezvous_timeout);
     const FrameLimits limits{options.max_rows, options.max_frame_bytes};
     std::vector<std::unique_ptr<TcpLink>> links;
@@ -117,6 +117,11 @@ core::Result<std::unique_ptr<AttentionConnector>> createAttentionConnector(const
         AFD_LOG_INFO("attention rank {}: connected to {}", options.rank, peer.describe());
         links.push_back(std::make_unique<TcpLink>(std::move(fd), peer, limits));
     }
+    if (options.after_connect) {
+        std::vector<int> fds;
+        for (const auto& link : links) fds.push_back(link->fd());
+        AFD_RETURN_IF_ERROR(options.after_connect(*rendezvous, fds));
+    }
     return std::unique_ptr<AttentionConnector>(new TcpAttentionConnector(options, std::move(links)));
 }
 
@@ -132,8 +137,10 @@ core::Result<std::unique_ptr<FfnConnector>> createFfnConnector(const TcpConnecto
     const std::string endpoint = HostPort{advertisedHost(options), listener->port}.toString();
     AFD_LOG_INFO("ffn rank {}: data listener on {}", options.rank, endpoint);
     RankRecord self{Role::kFfn, options.rank, kProtocolVersion, options.fingerprint};
+    std::vector<RendezvousBlob> blobs = options.extra_blobs;
+    blobs.push_back({kEndpointBlob, endpoint});
     AFD_ASSIGN_OR_RETURN(std::unique_ptr<Rendezvous> rendezvous,
-                         Rendezvous::join(rendezvousOptions(options), std::move(self), {{kEndpointBlob, endpoint}}));
+                         Rendezvous::join(rendezvousOptions(options), std::move(self), std::move(blobs)));
     AFD_ASSIGN_OR_RETURN(
         std::vector<core::UniqueFd> fds,
         acceptPeers(listener->fd.get(), endpoint, options.peers, identity(options),
@@ -143,6 +150,11 @@ core::Result<std::unique_ptr<FfnConnector>> createFfnConnector(const TcpConnecto
     for (size_t i = 0; i < fds.size(); ++i) {
         PeerInfo peer{Role::kAttention, options.peers[i], peerAddress(fds[i].get())};
         links.push_back(std::make_unique<TcpLink>(std::move(fds[i]), std::move(peer), limits));
+    }
+    if (options.after_connect) {
+        std::vector<int> link_fds;
+        for (const auto& link : links) link_fds.push_back(link->fd());
+        AFD_RETURN_IF_ERROR(options.after_connect(*rendezvous, link_fds));
     }
     AFD_ASSIGN_OR_RETURN(std::unique_ptr<Canceller> cancel, Canceller::create());
     return std::unique_ptr<FfnConnector>(

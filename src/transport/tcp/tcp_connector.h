@@ -9,12 +9,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "transport/connector.h"
+#include "transport/rendezvous.h"
 #include "transport/role.h"
 #include "transport/socket.h"
 #include "transport/wait_progress.h"
@@ -49,6 +52,11 @@ struct TcpConnectorOptions {
     // Interrupts the rendezvous and the connection setup (e.g. on SIGTERM); may be null; must outlive the
     // factory call.
     const Canceller* setup_cancel = nullptr;
+    // For a backend built on these connections (cuda_ipc: the step header and peer loss travel here): blobs this rank
+    // publishes beside its own, and a step run once every link is up, while the rendezvous is still joined, with the
+    // links' fds in peers order (they stay open while the connector lives). Its error fails the creation.
+    std::vector<RendezvousBlob> extra_blobs;
+    std::function<core::Status(Rendezvous& rendezvous, std::span<const int> link_fds)> after_connect;
 };
 
 // Checks the options on their own (ranges, peers, hosts, sizes); messages name the field and the rule.
