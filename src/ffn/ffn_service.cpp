@@ -500,6 +500,17 @@ int Service::shutdown() {
         admin_->stop();
         released.push_back("admin HTTP stopped");
     }
+    if (connector_) {
+        // The worker has joined and the admin server, the one other caller of the worker, has stopped: the
+        // connector's memory (a device connector's inbox and its mappings of the peers' inboxes) goes now.
+        const auto capabilities = transport::connectorCapabilities(afd_.connector);
+        worker_.reset();
+        connector_.reset();
+        if (capabilities && capabilities->needsCudaDevice()) {
+            released.push_back(
+                fmt::format("{} device buffers and IPC mappings released", transport::connectorName(afd_.connector)));
+        }
+    }
     report_.resources_released = all_released;
     report_.released_detail = fmt::format("{}", fmt::join(released, ", "));
     return report_.exit_code;

@@ -33,4 +33,16 @@ struct SumPartialsParams {
 };
 void sumPartialsCuda(const SumPartialsParams& params, void* stream);
 
+// An FFN rank's check of the local expert ids that arrived in device frames (a peer's data, never trusted):
+// ids[i] outside [-1, num_local) become -1 (routed nowhere, so no kernel indexes past the rank's experts) and the
+// first such entry is recorded in *bad: {1, layer, i, the id}, written once (bad[0] is claimed atomically).
+struct CheckLocalIdsParams {
+    int64_t count = 0;  // rows × K
+    int32_t num_local = 0;
+    int32_t layer = 0;
+    int32_t* ids = nullptr;  // [count], device
+    int32_t* bad = nullptr;  // [4], device or host-mapped
+};
+void checkLocalIdsCuda(const CheckLocalIdsParams& params, void* stream);
+
 }  // namespace afd::kernels

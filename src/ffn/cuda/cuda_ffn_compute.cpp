@@ -1,168 +1,7 @@
-#include "ffn/cuda/cuda_ffn_compute.h"
+#include "ffn/cuda/cuda_ffn_compute_impl.h"
+#include "kernels/afd_frames_cuda.h"
 
-#include <fmt/format.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cstring>
-#include <map>
-#include <mutex>
-#include <span>
-#include <vector>
-
-#include "core/bf16.h"
-#include "core/env.h"
-#include "core/logging.h"
-#include "core/thread_pool.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_info.h"
-#include "kernels/cuda/device_memory.h"
-#include "kernels/device_random.h"
-#include "kernels/expert_count_cuda.h"
-#include "kernels/fill_cuda.h"
-#include "kernels/moe_cuda.h"
-#include "kernels/router.h"
-#include "model/synthetic.h"
-
-namespace afd::ffn {
-namespace {
-
-using kernels::cuda::DeviceBuffer;
-using kernels::cuda::Event;
-using kernels::cuda::GraphExec;
-using kernels::cuda::PinnedBuffer;
-using kernels::cuda::Stream;
-
-int64_t bucketFor(int64_t tokens) {
-    if (tokens <= 16) return 16;
-    int64_t pow2 = 16;
-    while (pow2 < tokens) pow2 *= 2;
-    const int64_t step = std::max<int64_t>(16, pow2 / 8);
-    return (tokens + step - 1) / step * step;
-}
-
-// Every bucket bucketFor returns for 1 ... rows (rows is itself a bucket).
-std::vector<int64_t> bucketsUpTo(int64_t rows) {
-    std::vector<int64_t> buckets;
-    for (int64_t t = 1;;) {
-        buckets.push_back(bucketFor(t));
-        if (buckets.back() >= rows) return buckets;
-        t = buckets.back() + 1;
-    }
-}
-
-// The GPU router takes 1 <= num_experts <= 256 and top_k <= 32 (moe_cuda.h); other shapes are routed on the host
-// with the reference router and the result uploaded like m2n routing.
-bool gpuRouterTakes(const model::ModelConfig& config) {
-    return config.num_experts >= 1 && config.num_experts <= 256 && config.num_experts_per_tok <= 32;
-}
-
-double gib(uint64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << 30); }
-
-struct DeviceLayer {
-    bool present = false;  // this rank computes something for the layer
-    bool is_moe = false;
-    bool route_here = false;              // p2p MoE: the router runs on this GPU
-    bool counts_routing = false;          // p2p MoE (routed on the GPU or the host): its entries are counted
-    std::vector<core::Bf16> host_router;  // p2p MoE whose shape the GPU router does not take: routed on the host
-    int64_t num_experts = 0;
-    int64_t inter = 0;  // the packed width (kernels::moePackedWidth of the checkpoint's)
-    DeviceBuffer w13;   // packed (moePackWeightsCuda)
-    DeviceBuffer w2;    // packed
-    DeviceBuffer router;
-};
-
-class CudaFfnCompute : public FfnCompute {
-public:
-    CudaFfnCompute(const model::ModelConfig& config, int gpu, int64_t max_rows, int num_device_lanes, bool graphs)
-        : config_(config), gpu_(gpu), max_rows_(max_rows), num_device_lanes_(num_device_lanes), allow_graphs_(graphs) {}
-
-    core::Status init(model::ModelWeights weights);
-    // The weights gen-model writes with `seed`, drawn on the GPU for `selection` (no checkpoint, no host copy).
-    core::Status initRandom(const model::WeightSelection& selection, uint64_t seed);
-
-    core::Status moePartial(int64_t layer, int64_t num_tokens, const float* x, const int32_t* ids, const float* weights,
-                            float* out) override {
-        return run(layer, num_tokens, x, ids, weights, out);
-    }
-    core::Status mlpBlock(int64_t layer, int64_t num_tokens, const float* x, float* out) override {
-        return run(layer, num_tokens, x, nullptr, nullptr, out);
-    }
-    bool routedTokenTotals(std::span<uint64_t> totals) const override;
-    int numDeviceLanes() const override { return num_device_lanes_; }
-    void* laneStream(int lane) override { return lanes_.at(static_cast<size_t>(lane)).stream->get(); }
-    core::Status computeDevice(int lane, int64_t layer, std::span<const DevicePeerRows> peers) override;
-    const float* laneOutput(int lane) const override { return lanes_.at(static_cast<size_t>(lane)).out.as<float>(); }
-    core::Status synchronizeLanes() override;
-    core::Status beginStepCapture(int lane) override;
-    core::Result<int> endStepCapture(int lane, bool keep) override;
-    core::Status launchStepGraph(int graph, int lane) override;
-    std::string describe() const override { return fmt::format("cuda:{} ({})", gpu_, device_name_); }
-    uint64_t deviceWeightBytes() const override { return weight_bytes_; }
-    void release() override;
-
-private:
-    struct Lane;
-    core::Status begin();
-    // Buffers, lanes and graphs, once the layers' weights are on the GPU.
-    core::Status setup(int64_t max_experts, int64_t max_inter);
-    core::Status run(int64_t layer, int64_t T, const float* x, const int32_t* ids, const float* weights, float* out);
-    // Enqueues the layer's kernels for `rows` staged rows on the lane's stream.
-    void enqueue(Lane& lane, int64_t layer, int64_t rows);
-    // The instantiated graph of enqueue(lane, layer, bucket), captured on the lane's stream the first time.
-    const GraphExec& graphFor(Lane& lane, int64_t layer, int64_t bucket);
-    // Runs enqueue(lane, layer, bucket) as its graph, or eagerly.
-    void launch(Lane& lane, int64_t layer, int64_t bucket);
-    // Copies the device's per-expert totals into `totals` [num_experts] through the reader's own stream. Caller holds
-    // totals_mutex_.
-    void readRoutedTotals(std::span<uint64_t> totals) const;
-
-    // One stream with its own buffers, workspaces and graphs: lane 0 serves the host calls too.
-    struct Lane {
-        std::unique_ptr<Stream> stream;
-        DeviceBuffer x, ids, weights, out, workspace;
-        DeviceBuffer router_workspace;                            // p2p layers routed here: the router's partial logits
-        DeviceBuffer valid_rows;                                  // [1] int32: the rows the count kernel takes
-        std::map<std::pair<int64_t, int64_t>, GraphExec> graphs;  // (layer, bucket), all captured by init()
-    };
-
-    const model::ModelConfig& config_;
-    const int gpu_;
-    const int64_t max_rows_;
-    const int num_device_lanes_;
-    const bool allow_graphs_;  // false: --enforce-eager
-    std::string device_name_;
-    uint64_t weight_bytes_ = 0;
-    bool use_graphs_ = true;
-    bool shared_sms_ = false;  // an MPS client: other processes' kernels may hold SMs (MoeParams::shared_sms)
-    bool m2n_ = false;         // no layer routes here: the callers send ids (m2n)
-    std::vector<DeviceLayer> layers_;
-    std::vector<Lane> lanes_;
-    std::vector<GraphExec> step_graphs_;            // whole steps (FfnRunner), by id
-    std::vector<Event> fork_events_, join_events_;  // [lane]: lanes 1.. joining a step capture of lane 0
-    DeviceBuffer dense_routing_;                    // [rows] int32 0, then [rows] float 1: a dense layer's one expert
-    PinnedBuffer x_host_, ids_host_, weights_host_, out_host_;
-    PinnedBuffer valid_rows_host_;
-    bool released_ = false;
-
-    // Routing counts (p2p; m2n device calls): after each counted layer's MoE, a kernel in the same graph adds the
-    // entries of the call's first *lane.valid_rows rows (the call's real rows: the bucket's padding rows are routed
-    // too, and left out) to routed_counts_dev_ [num_experts] uint64, which only grows. No host synchronisation on the
-    // compute stream.
-    bool counting_ = false;
-    int64_t counted_experts_ = 0;  // p2p: every expert of the model; m2n device calls: this rank's (local ids)
-    DeviceBuffer routed_counts_dev_;
-    // The reader (routedTokenTotals, on the admin thread while the worker computes): a stream, a device snapshot and a
-    // pinned copy of its own, so that it synchronises nothing of the compute's. totals_mutex_ serialises readers and
-    // release(), which keeps the last totals in final_totals_ before it frees the device side.
-    mutable std::mutex totals_mutex_;
-    std::unique_ptr<Stream> totals_stream_;
-    DeviceBuffer totals_snapshot_dev_;
-    PinnedBuffer totals_host_;
-    bool totals_final_ = false;     // released: final_totals_ answers
-    bool final_totals_ok_ = false;  // the last read before release succeeded
-    std::vector<uint64_t> final_totals_;
-};
+namespace afd::ffn::cuda_ffn {
 
 core::Status CudaFfnCompute::begin() {
     AFD_CUDA_CHECK(cudaSetDevice(gpu_));
@@ -174,90 +13,6 @@ core::Status CudaFfnCompute::begin() {
     const int64_t H = config_.hidden_size;
     if (H % 64 != 0) return core::unsupported("--device cuda needs hidden_size % 64 == 0, got {}", H);
     return core::Status::ok();
-}
-
-core::Status CudaFfnCompute::initRandom(const model::WeightSelection& selection, uint64_t seed) {
-    AFD_RETURN_IF_ERROR(begin());
-    const int64_t H = config_.hidden_size;
-    layers_.resize(static_cast<size_t>(config_.num_hidden_layers));
-    // Every layer's expert keys (model::syntheticTensorKey of the tensors gen-model writes) in one upload.
-    std::vector<uint64_t> host_keys;
-    std::vector<size_t> key_offset(layers_.size(), 0);
-    for (size_t l = 0; l < layers_.size(); ++l) {
-        DeviceLayer& d = layers_[l];
-        const auto layer = static_cast<int64_t>(l);
-        d.is_moe = config_.isMoeLayer(layer);
-        const int64_t begin = d.is_moe ? selection.expert_begin : 0;
-        const int64_t end = d.is_moe ? selection.expert_end : (selection.dense_mlp ? 1 : 0);
-        key_offset[l] = host_keys.size();
-        if (end <= begin) continue;
-        d.present = true;
-        d.num_experts = end - begin;
-        for (int64_t e = begin; e < end; ++e) {
-            for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
-                host_keys.push_back(model::syntheticTensorKey(
-                    d.is_moe ? model::expertTensorName(layer, e, proj)
-                             : fmt::format("{}mlp.{}.weight", model::layerPrefix(layer), proj),
-                    seed));
-            }
-        }
-    }
-    DeviceBuffer keys(std::max<size_t>(host_keys.size(), 1) * sizeof(uint64_t));
-    AFD_CUDA_CHECK(
-        cudaMemcpy(keys.get(), host_keys.data(), host_keys.size() * sizeof(uint64_t), cudaMemcpyHostToDevice));
-    int64_t max_experts = 1, max_inter = 1;
-    for (size_t l = 0; l < layers_.size(); ++l) {
-        DeviceLayer& d = layers_[l];
-        if (!d.present) continue;
-        const auto layer = static_cast<int64_t>(l);
-        const int64_t I = d.is_moe ? config_.moe_intermediate_size : config_.intermediate_size;
-        d.inter = kernels::moePackedWidth(I);
-        const kernels::MoePackedWeightBytes packed = kernels::moePackedWeightBytes(d.num_experts, H, I);
-        d.w13 = DeviceBuffer(packed.w13);
-        d.w2 = DeviceBuffer(packed.w2);
-        const std::string first = d.is_moe ? model::expertTensorName(layer, selection.expert_begin, "gate_proj")
-                                           : fmt::format("{}mlp.gate_proj.weight", model::layerPrefix(layer));
-        const std::string down = d.is_moe ? model::expertTensorName(layer, selection.expert_begin, "down_proj")
-                                          : fmt::format("{}mlp.down_proj.weight", model::layerPrefix(layer));
-        kernels::SyntheticPackedMlpParams mp;
-        mp.num_experts = d.num_experts;
-        mp.hidden = H;
-        mp.inter = I;
-        mp.keys = keys.as<uint64_t>() + key_offset[l];
-        mp.gate_up_half_width = model::syntheticDistribution(first, {I, H}).half_width;
-        mp.down_half_width = model::syntheticDistribution(down, {H, I}).half_width;
-        mp.w13_packed = d.w13.as<core::Bf16>();
-        mp.w2_packed = d.w2.as<core::Bf16>();
-        kernels::syntheticPackedMlpCuda(mp, nullptr);
-        weight_bytes_ += packed.w13 + packed.w2;
-        max_experts = std::max(max_experts, d.num_experts);
-        max_inter = std::max(max_inter, d.inter);
-        if (d.is_moe && selection.router) {
-            if (!gpuRouterTakes(config_)) {
-                return core::unsupported(
-                    "--random-weights on an FFN rank routes on the GPU, whose router takes 1..256 "
-                    "experts and top-k <= 32; this model has {} experts, top-k {}",
-                    config_.num_experts, config_.num_experts_per_tok);
-            }
-            d.counts_routing = true;
-            counting_ = true;
-            d.route_here = true;
-            const std::string name = model::layerPrefix(layer) + "mlp.gate.weight";
-            const model::SyntheticDistribution dist = model::syntheticDistribution(name, {config_.num_experts, H});
-            d.router = DeviceBuffer(static_cast<size_t>(config_.num_experts * H) * sizeof(uint16_t));
-            kernels::SyntheticFillParams fill;
-            fill.out = d.router.as<core::Bf16>();
-            fill.count = config_.num_experts * H;
-            fill.key = model::syntheticTensorKey(name, seed);
-            fill.centre = dist.centre;
-            fill.half_width = dist.half_width;
-            kernels::syntheticFillCuda(fill, nullptr);
-            weight_bytes_ += d.router.bytes();
-        }
-    }
-    AFD_CUDA_CHECK(cudaDeviceSynchronize());
-    AFD_LOG_INFO("{}: drew {} bytes of random weights (seed {})", describe(), weight_bytes_, seed);
-    return setup(max_experts, max_inter);
 }
 
 core::Status CudaFfnCompute::init(model::ModelWeights weights) {
@@ -346,6 +101,11 @@ core::Status CudaFfnCompute::setup(int64_t max_experts, int64_t max_inter) {
         if (routes)
             lane.router_workspace = DeviceBuffer(kernels::routerCudaWorkspaceBytes(rows, H, config_.num_experts));
         lane.valid_rows = DeviceBuffer(sizeof(int32_t));
+    }
+    if (num_device_lanes_ > 0) {
+        // The device calls' id check records here (read after synchronizeLanes).
+        bad_ids_ = DeviceBuffer(4 * sizeof(int32_t));
+        AFD_CUDA_CHECK(cudaMemset(bad_ids_.get(), 0, 4 * sizeof(int32_t)));
     }
     fork_events_.resize(lanes_.size());
     join_events_.resize(lanes_.size());
@@ -571,6 +331,16 @@ core::Status CudaFfnCompute::computeDevice(int lane_index, int64_t layer, std::s
         }
         row += p.rows;
     }
+    if (d.is_moe && !d.route_here) {
+        // The peers' ids are their data: out-of-range ones go nowhere and fail the step (synchronizeLanes).
+        kernels::CheckLocalIdsParams check;
+        check.count = T * K;
+        check.num_local = static_cast<int32_t>(d.num_experts);
+        check.layer = static_cast<int32_t>(layer);
+        check.ids = ids;
+        check.bad = bad_ids_.as<int32_t>();
+        kernels::checkLocalIdsCuda(check, s);
+    }
     if (!d.is_moe) {  // a dense layer: every row to the one expert
         AFD_CUDA_CHECK(cudaMemcpyAsync(ids, dense_routing_.as<int32_t>(), static_cast<size_t>(T) * sizeof(int32_t),
                                        cudaMemcpyDeviceToDevice, s));
@@ -641,6 +411,15 @@ core::Status CudaFfnCompute::launchStepGraph(int graph, int lane) {
 core::Status CudaFfnCompute::synchronizeLanes() {
     AFD_CUDA_CHECK(cudaSetDevice(gpu_));
     for (Lane& lane : lanes_) AFD_CUDA_CHECK(cudaStreamSynchronize(lane.stream->get()));
+    if (bad_ids_.get() == nullptr) return core::Status::ok();
+    int32_t bad[4] = {};
+    AFD_CUDA_CHECK(cudaMemcpy(bad, bad_ids_.get(), sizeof(bad), cudaMemcpyDeviceToHost));
+    if (bad[0] != 0) {
+        return core::corrupt(
+            "an attention peer's frame for layer {} carried expert id {} (entry {} of the gathered rows), outside "
+            "[-1, {}) of this rank",
+            bad[1], bad[3], bad[2], layers_[static_cast<size_t>(bad[1])].num_experts);
+    }
     return core::Status::ok();
 }
 
@@ -703,6 +482,7 @@ void CudaFfnCompute::release() {
     }
     step_graphs_.clear();
     lanes_.clear();
+    bad_ids_ = DeviceBuffer();
     layers_.clear();
     dense_routing_ = DeviceBuffer();
     x_host_ = PinnedBuffer();
@@ -711,96 +491,11 @@ void CudaFfnCompute::release() {
     weights_host_ = PinnedBuffer();
 }
 
-}  // namespace
+}  // namespace afd::ffn::cuda_ffn
 
-namespace {
+namespace afd::ffn {
 
-// What a rank holding `selection`'s MLP weights puts on its GPU, layer by layer (as init() allocates it).
-struct RankDeviceShape {
-    uint64_t weights = 0;  // packed experts, and the routers run on the GPU
-    uint64_t staging = 0;  // one layer's checkpoint matrices at a time (init's upload)
-    bool routes = false;
-    bool counts = false;  // p2p MoE layers: the per-expert routing counters
-    int64_t max_experts = 1;
-    int64_t max_inter = 1;  // the packed width (kernels::moePackedWidth)
-};
-
-RankDeviceShape rankDeviceShape(const model::ModelConfig& config, const model::WeightSelection& selection) {
-    const int64_t H = config.hidden_size;
-    RankDeviceShape r;
-    for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-        const bool moe = config.isMoeLayer(l);
-        const int64_t experts = moe ? selection.numExperts() : (selection.dense_mlp ? 1 : 0);
-        if (experts <= 0) continue;
-        const int64_t inter = moe ? config.moe_intermediate_size : config.intermediate_size;
-        const kernels::MoePackedWeightBytes packed = kernels::moePackedWeightBytes(experts, H, inter);
-        r.weights += packed.w13 + packed.w2;
-        r.staging = std::max(r.staging, static_cast<uint64_t>(experts * 3 * inter * H) * sizeof(uint16_t));
-        r.counts = r.counts || (moe && selection.router);
-        if (moe && selection.router && gpuRouterTakes(config)) {
-            r.weights += static_cast<uint64_t>(config.num_experts * H) * sizeof(uint16_t);
-            r.routes = true;
-        }
-        r.max_experts = std::max(r.max_experts, experts);
-        r.max_inter = std::max(r.max_inter, kernels::moePackedWidth(inter));
-    }
-    return r;
-}
-
-}  // namespace
-
-uint64_t cudaFfnDeviceBytes(const model::ModelConfig& config, const model::WeightSelection& selection,
-                            int64_t max_rows) {
-    const int64_t H = config.hidden_size;
-    const int64_t K = config.num_experts_per_tok;
-    const RankDeviceShape r = rankDeviceShape(config, selection);
-    const int64_t rows = bucketFor(max_rows);
-    uint64_t calls = static_cast<uint64_t>(rows * H) * (sizeof(uint16_t) + sizeof(float)) +  // x, out
-                     static_cast<uint64_t>(rows * K) * (sizeof(int32_t) + sizeof(float)) +   // ids, weights
-                     kernels::moeCudaWorkspaceBytes(rows, K, r.max_experts, H, r.max_inter);
-    if (r.routes) calls += kernels::routerCudaWorkspaceBytes(rows, H, config.num_experts);
-    if (r.counts) calls += 2 * static_cast<uint64_t>(config.num_experts) * sizeof(uint64_t) + sizeof(int32_t);
-    return r.weights + r.staging + calls;
-}
-
-core::Status checkCudaFfnFits(const model::ModelConfig& config, const model::WeightSelection& selection, int gpu,
-                              int64_t max_rows) {
-    // The kernels index rows of x, x_sorted, h and y with 32-bit element offsets (moeForwardCuda): the largest token
-    // bucket this rank stages must keep T top_k max(hidden, inter) below 2^31.
-    const int64_t K = config.num_experts_per_tok;
-    const int64_t widest = std::max(config.hidden_size, rankDeviceShape(config, selection).max_inter);
-    const int64_t rows = bucketFor(max_rows);
-    if (rows * K * widest >= (int64_t{1} << 31)) {
-        int64_t limit = 0;  // the largest token bucket within the offsets
-        for (const int64_t b : bucketsUpTo(rows)) {
-            if (b * K * widest < (int64_t{1} << 31)) limit = b;
-        }
-        return core::invalidArgument(
-            "this FFN rank stages calls of up to {} rows (its attention peers x afd.max_num_tokens, rounded up to a "
-            "token bucket), and {} rows x top_k {} x {} columns pass the GPU kernels' 32-bit offsets (2^31 "
-            "elements): lower afd.max_num_tokens so that a call carries at most {} rows",
-            max_rows, rows, K, widest, limit);
-    }
-    const uint64_t needed = cudaFfnDeviceBytes(config, selection, max_rows);
-    size_t free_bytes = 0, total_bytes = 0;
-    std::string name;
-    try {
-        AFD_CUDA_CHECK(cudaSetDevice(gpu));
-        AFD_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-        name = kernels::cuda::deviceInfo(gpu).name;
-    } catch (const core::Error& e) {
-        return core::internalError("reading cuda:{}'s free memory: {}", gpu, e.what());
-    }
-    if (needed + kCudaFfnHeadroomBytes > free_bytes) {
-        return core::invalidArgument(
-            "cuda:{} ({}) has {:.2f} GiB free of {:.2f} GiB, and this FFN rank needs {:.2f} GiB ({} experts of {} "
-            "per MoE layer, calls of up to {} rows) plus {:.2f} GiB of headroom: use more FFN ranks "
-            "(afd.num_ffn_ranks), fewer tokens per step (afd.max_num_tokens) or a GPU with more free memory",
-            gpu, name, gib(free_bytes), gib(total_bytes), gib(needed), selection.numExperts(), config.num_experts,
-            max_rows, gib(kCudaFfnHeadroomBytes));
-    }
-    return core::Status::ok();
-}
+using cuda_ffn::CudaFfnCompute;
 
 core::Result<std::unique_ptr<FfnCompute>> createRandomCudaFfnCompute(const model::ModelConfig& config,
                                                                      const model::WeightSelection& selection,

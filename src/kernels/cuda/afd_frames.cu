@@ -37,7 +37,27 @@ __global__ void sumPartialsKernel(SumPartialsParams p) {
     }
 }
 
+__global__ void checkLocalIdsKernel(CheckLocalIdsParams p) {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < p.count; i += stride) {
+        const int32_t id = p.ids[i];
+        if (id >= -1 && id < p.num_local) continue;
+        p.ids[i] = -1;
+        if (atomicCAS(p.bad, 0, 1) == 0) {
+            p.bad[1] = p.layer;
+            p.bad[2] = static_cast<int32_t>(i);
+            p.bad[3] = id;
+        }
+    }
+}
+
 }  // namespace
+
+cudaError_t launchCheckLocalIds(const CheckLocalIdsParams& params, cudaStream_t stream) {
+    if (params.count == 0) return cudaSuccess;
+    checkLocalIdsKernel<<<blocksFor(params.count), kThreads, 0, stream>>>(params);
+    return cudaGetLastError();
+}
 
 cudaError_t launchSplitRouting(const SplitRoutingParams& params, cudaStream_t stream) {
     if (params.rows * params.top_k == 0) return cudaSuccess;

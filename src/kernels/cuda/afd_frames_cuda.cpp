@@ -13,4 +13,8 @@ void sumPartialsCuda(const SumPartialsParams& params, void* stream) {
     AFD_CUDA_CHECK(launchSumPartials(params, static_cast<cudaStream_t>(stream)));
 }
 
+void checkLocalIdsCuda(const CheckLocalIdsParams& params, void* stream) {
+    AFD_CUDA_CHECK(launchCheckLocalIds(params, static_cast<cudaStream_t>(stream)));
+}
+
 }  // namespace afd::kernels
