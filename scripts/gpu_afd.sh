@@ -2,10 +2,15 @@
 # The GPU AFD check (gpu_check.sh's "afd" phase, or alone): both roles on one GPU over cuda_ipc under an MPS control
 # daemon this script starts and stops.
 #   scripts/gpu_afd.sh BIN_DIR OUT_DIR
-# BIN_DIR holds afd, cli_tests and transport_cuda_tests. It runs the device connector's tests, the launcher's cuda_ipc
-# and MPS tests, `afd bench transport`, the greedy ids of a full-width 4-layer Qwen3-30B-A3B shape (random weights)
-# against the dense GPU engine for m2n 1A1F / 1A2F / 2A2F and p2p 1A1F in graph, eager and DBO modes, an FFN rank
-# killed mid-generation, and full-size decode (batch 1, 64, 256; context 1024) dense against AFD 1A1F and 1A2F.
+# BIN_DIR holds afd, cli_tests, transport_cuda_tests, kernels_cuda_tests and ffn_tests. Parts (AFD_GPU_AFD_PARTS, default all of
+# "tests ids faults perf"):
+#   tests   the device connector's and frame kernels' tests, the launcher's cuda_ipc and MPS tests;
+#   ids     the greedy ids of a full-width 4-layer Qwen3-30B-A3B shape (random weights) against the dense GPU engine
+#           for m2n 1A1F / 1A2F / 2A2F and p2p 1A1F in graph, eager and DBO modes;
+#   faults  an FFN rank killed mid-generation, an attention rank killed mid-generation, an ordered stop (/stop on the
+#           FFN rank after the attention rank's job) with its status file, and no MPS process left at the end;
+#   perf    `afd bench transport`, and full-size decode (batch 1, 64, 256; context 1024) dense against AFD 1A1F
+#           (graphs, eager, graphs + DBO) and 1A2F (graphs, graphs + DBO).
 # Appends "afd ..." lines to OUT_DIR/afd_summary.txt (gpu_check.sh prints it last).
 set -uo pipefail
 bin="$1"
@@ -16,31 +21,41 @@ summary="$out/afd_summary.txt"
 full="$root/tests/data/qwen3-30b-a3b"
 l4="$out/q30-4layers"
 mkdir -p "$l4"
+parts=" ${AFD_GPU_AFD_PARTS:-tests ids faults perf} "
+part() { [[ "$parts" == *" $1 "* ]]; }
 python3 -c "import json,sys;c=json.load(open(sys.argv[1]));c['num_hidden_layers']=4;json.dump(c,open(sys.argv[2],'w'))" \
     "$full/config.json" "$l4/config.json"
 
-timeout 120 "$bin/transport_cuda_tests" --gtest_color=no >"$out/transport_cuda_tests.log" 2>&1
-echo "transport_cuda_tests exit $?"
-grep -E "^\[  (PASSED|FAILED) " "$out/transport_cuda_tests.log" | sed 's/^/afd transport_cuda_tests /' >>"$summary"
-timeout 400 "$bin/cli_tests" --gtest_color=no --gtest_filter='CudaCli.*CudaIpc*:LaunchMpsCuda.*' \
-    >"$out/cli_ipc_tests.log" 2>&1
-echo "cli_tests (cuda_ipc, MPS) exit $?"
-grep -E "^\[  (PASSED|FAILED) " "$out/cli_ipc_tests.log" | sed 's/^/afd cli_tests /' >>"$summary"
+gtests() {  # name binary filter timeout
+    timeout "$4" "$bin/$2" --gtest_color=no --gtest_filter="$3" >"$out/$1.log" 2>&1
+    echo "$1 exit $?"
+    grep -E "^\[  (PASSED|FAILED) " "$out/$1.log" | sed "s/^/afd $1 /" >>"$summary"
+}
+if part tests; then
+    gtests transport_cuda_tests transport_cuda_tests '*' 180
+    gtests afd_frames_tests kernels_cuda_tests 'AfdFrames*' 60
+    gtests ffn_device_tests ffn_tests 'CudaFfnDeviceLanes*:CudaFfnCompute*:CudaRoutedTokens*' 180
+    gtests cli_ipc_tests cli_tests 'CudaCli.*CudaIpc*:LaunchMpsCuda.*' 400
+fi
 
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/afd-gpu-afd-mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/afd-gpu-afd-mps/log
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 nvidia-cuda-mps-control -d && echo "MPS control daemon started"
-trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
+trap 'echo quit | timeout 20 nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
 
-timeout 120 "$afd" bench transport --csv "$out/transport.csv" >"$out/transport.txt" 2>"$out/transport.err"
-echo "bench transport exit $?"
-cat "$out/transport.txt"
+if part perf; then
+    timeout 120 "$afd" bench transport --csv "$out/transport.csv" >"$out/transport.txt" 2>"$out/transport.err"
+    echo "bench transport exit $?"
+    cat "$out/transport.txt"
+fi
 
 prompts="--prompt-ids 151644,872,198,3838,374,279,6722,315,9625,30 --prompt-ids 1,2,3,4,5 --prompt-ids 777"
 ids() { python3 -c "import json,sys;print([r['new_ids'] for r in json.load(open(sys.argv[1]))['results']])" "$1"; }
-CUDA_MPS_PIPE_DIRECTORY=/nonexistent timeout 120 "$afd" generate --model "$l4" --random-weights --device cuda \
-    $prompts --max-tokens 24 --json >"$out/ids_dense.json" 2>"$out/ids_dense.err"
-ids "$out/ids_dense.json" >"$out/ids_dense.txt" 2>/dev/null
+if part ids; then
+    CUDA_MPS_PIPE_DIRECTORY=/nonexistent timeout 120 "$afd" generate --model "$l4" --random-weights --device cuda \
+        $prompts --max-tokens 24 --json >"$out/ids_dense.json" 2>"$out/ids_dense.err"
+    ids "$out/ids_dense.json" >"$out/ids_dense.txt" 2>/dev/null
+fi
 port=29700
 ids_case() {  # name A F m2n(true|false) flags-of-both-roles
     local name=$1 A=$2 F=$3 m2n=$4 flags=$5
@@ -70,49 +85,108 @@ ids_case() {  # name A F m2n(true|false) flags-of-both-roles
     echo "afd ids $name: attention exit $rc, ids == dense GPU engine: $same" | tee -a "$summary"
 }
 for mode in "graph:" "eager:--enforce-eager" "dbo:--dbo"; do
+    part ids || break
     ids_case "m2n_1a1f_${mode%%:*}" 1 1 true "${mode#*:}"
     ids_case "m2n_1a2f_${mode%%:*}" 1 2 true "${mode#*:}"
     ids_case "m2n_2a2f_${mode%%:*}" 2 2 true "${mode#*:}"
     ids_case "p2p_1a1f_${mode%%:*}" 1 1 false "${mode#*:}"
 done
 
-# An FFN rank killed mid-generation: the attention rank ends, naming it.
-cfg='{"afd":{"connector":"cuda_ipc","port":29790,"num_attention_ranks":1,"num_ffn_ranks":1}}'
-RANK=0 WORLD_SIZE=1 "$afd" ffn "$l4" --random-weights --device cuda --additional-config "$cfg" >"$out/kill_ffn.log" 2>&1 &
-ffn=$!
-"$afd" generate --model "$l4" --random-weights --device cuda --additional-config "$cfg" --prompt-ids 1,2,3 \
-    --ignore-eos --max-tokens 8000 >/dev/null 2>"$out/kill_gen.err" &
-gen=$!
-for _ in $(seq 1 200); do grep -q "connected to 1 FFN" "$out/kill_gen.err" 2>/dev/null && break; sleep 0.1; done
-sleep 2
-kill -9 "$ffn"
-t0=$(date +%s.%N)
-wait "$gen"
-code=$?
-echo "afd kill ffn: attention exit $code after $(python3 -c "import time;print(round(time.time()-$t0,2))") s:" \
-    "$(grep -oE 'ffn rank 0 \(.*\) closed the connection' "$out/kill_gen.err" | head -1)" | tee -a "$summary"
+elapsed() { python3 -c "import time;print(round(time.time()-$1,2))"; }
+# waitFor PID SECONDS: until the process ends, then SIGKILL if it still runs (the caller's wait then returns).
+waitFor() {
+    for _ in $(seq 1 $(($2 * 10))); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+    echo "pid $1 still ran after $2 s: killed" | tee -a "$summary"
+    kill -9 "$1" 2>/dev/null
+}
+if part faults; then
+    # An FFN rank killed mid-generation: the attention rank ends, naming it.
+    cfg='{"afd":{"connector":"cuda_ipc","port":29790,"num_attention_ranks":1,"num_ffn_ranks":1}}'
+    RANK=0 WORLD_SIZE=1 "$afd" ffn "$l4" --random-weights --device cuda --additional-config "$cfg" \
+        >"$out/kill_ffn.log" 2>&1 &
+    ffn=$!
+    "$afd" generate --model "$l4" --random-weights --device cuda --additional-config "$cfg" \
+        --prompt-ids 1,2,3 --ignore-eos --max-tokens 8000 >/dev/null 2>"$out/kill_gen.err" &
+    gen=$!
+    for _ in $(seq 1 300); do grep -q "connected to 1 FFN" "$out/kill_gen.err" 2>/dev/null && break; sleep 0.1; done
+    sleep 1
+    kill -9 "$ffn"
+    t0=$(date +%s.%N)
+    waitFor "$gen" 30
+    wait "$gen"
+    code=$?
+    echo "afd kill ffn: attention exit $code after $(elapsed "$t0") s:" \
+        "$(grep -oE 'ffn rank 0 \(.*\) closed the connection' "$out/kill_gen.err" | head -1)" | tee -a "$summary"
 
-# Full size: dense (outside MPS) against AFD 1A1F and 1A2F.
-bench=(bench generate --model "$full" --batch 1,64,256 --context 1024 --prefill-tokens 0 --steps 16)
-CUDA_MPS_PIPE_DIRECTORY=/nonexistent timeout 200 "$afd" "${bench[@]}" >"$out/full_dense.txt" 2>"$out/full_dense.err"
-echo "dense exit $?"
-tail -4 "$out/full_dense.txt"
-for F in 1 2; do
-    cfg="{\"afd\":{\"connector\":\"cuda_ipc\",\"port\":2980$F,\"num_attention_ranks\":1,\"num_ffn_ranks\":$F}}"
-    ffns=""
-    for r in $(seq 0 $((F - 1))); do
-        RANK=$r WORLD_SIZE=$F timeout 300 "$afd" ffn "$full" --random-weights --device cuda --device-ids 0,0 \
-            --additional-config "$cfg" >"$out/full_1a${F}f_ffn$r.log" 2>&1 &
-        ffns="$ffns $!"
-    done
-    timeout 240 "$afd" "${bench[@]}" --additional-config "$cfg" >"$out/full_1a${F}f.txt" 2>"$out/full_1a${F}f.err"
-    echo "AFD 1A${F}F exit $?"
-    tail -4 "$out/full_1a${F}f.txt"
-    for p in $ffns; do kill -TERM "$p" 2>/dev/null; done
-    for p in $ffns; do wait "$p"; done
-done
-python3 - "$out" >>"$summary" <<'PY'
-import sys, re, os
+    # An attention rank killed mid-generation: the FFN rank (serving one session) ends with peer_lost.
+    cfg='{"afd":{"connector":"cuda_ipc","port":29791,"num_attention_ranks":1,"num_ffn_ranks":1}}'
+    RANK=0 WORLD_SIZE=1 "$afd" ffn "$l4" --random-weights --device cuda --additional-config "$cfg" \
+        --serve-sessions once --status-file "$out/kill_attn_status.json" >"$out/kill_attn_ffn.log" 2>&1 &
+    ffn=$!
+    "$afd" generate --model "$l4" --random-weights --device cuda --additional-config "$cfg" \
+        --prompt-ids 1,2,3 --ignore-eos --max-tokens 8000 >/dev/null 2>"$out/kill_attn_gen.err" &
+    gen=$!
+    for _ in $(seq 1 300); do grep -q "connected to 1 FFN" "$out/kill_attn_gen.err" 2>/dev/null && break; sleep 0.1; done
+    sleep 1
+    kill -9 "$gen"
+    t0=$(date +%s.%N)
+    waitFor "$ffn" 30
+    seen=$(elapsed "$t0")
+    kill -0 "$ffn" 2>/dev/null && kill -TERM "$ffn"
+    wait "$ffn"
+    code=$?
+    echo "afd kill attention: FFN exit $code after $seen s;" \
+        "$(python3 -c "import json,sys;d=json.load(open(sys.argv[1]));print('status', d.get('exit_reason'), 'released', d.get('resources_released'), '|', d.get('error') or '', '|', d.get('released'))" \
+            "$out/kill_attn_status.json" 2>&1)" | tee -a "$summary"
+
+    # Ordered stop: the attention rank's job ends (exit 0), then POST /stop on the FFN rank (exit 0, status file).
+    cfg='{"afd":{"connector":"cuda_ipc","port":29792,"num_attention_ranks":1,"num_ffn_ranks":1}}'
+    RANK=0 WORLD_SIZE=1 "$afd" ffn "$l4" --random-weights --device cuda --additional-config "$cfg" \
+        --status-file "$out/stop_status.json" --admin-port-file "$out/stop_admin_port" >"$out/stop_ffn.log" 2>&1 &
+    ffn=$!
+    timeout 120 "$afd" generate --model "$l4" --random-weights --device cuda --additional-config "$cfg" \
+        --prompt-ids 1,2,3 --max-tokens 16 >/dev/null 2>"$out/stop_gen.err"
+    gen_code=$?
+    admin=$(cat "$out/stop_admin_port" 2>/dev/null)
+    t0=$(date +%s.%N)
+    stop_reply=$(python3 -c "import urllib.request,sys;print(urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:'+sys.argv[1]+'/stop',method='POST'),timeout=10).status)" "$admin" 2>&1 | tail -1)
+    waitFor "$ffn" 30
+    wait "$ffn"
+    code=$?
+    echo "afd ordered stop: attention exit $gen_code, POST /stop $stop_reply, FFN exit $code after $(elapsed "$t0") s;" \
+        "$(python3 -c "import json,sys;d=json.load(open(sys.argv[1]));print('status', d.get('exit_reason'), 'released', d.get('resources_released'), '|', d.get('released'))" \
+            "$out/stop_status.json" 2>&1)" | tee -a "$summary"
+fi
+
+if part perf; then
+    # Full size: dense (outside MPS) against AFD 1A1F and 1A2F, graphs, eager and graphs + DBO.
+    bench=(bench generate --model "$full" --batch 1,64,256 --context 1024 --prefill-tokens 0 --steps 16)
+    CUDA_MPS_PIPE_DIRECTORY=/nonexistent timeout 200 "$afd" "${bench[@]}" >"$out/full_dense.txt" 2>"$out/full_dense.err"
+    echo "dense exit $?"
+    tail -4 "$out/full_dense.txt"
+    port=29800
+    full_case() {  # name F attention-flags ffn-flags
+        local name=$1 F=$2 aflags=$3 fflags=$4 ffns=""
+        port=$((port + 1))
+        local cfg="{\"afd\":{\"connector\":\"cuda_ipc\",\"port\":$port,\"num_attention_ranks\":1,\"num_ffn_ranks\":$F}}"
+        for r in $(seq 0 $((F - 1))); do
+            RANK=$r WORLD_SIZE=$F timeout 300 "$afd" ffn "$full" --random-weights --device cuda --device-ids 0,0 \
+                $fflags --additional-config "$cfg" >"$out/full_${name}_ffn$r.log" 2>&1 &
+            ffns="$ffns $!"
+        done
+        timeout 240 "$afd" "${bench[@]}" $aflags --additional-config "$cfg" >"$out/full_$name.txt" 2>"$out/full_$name.err"
+        echo "AFD $name exit $?"
+        tail -3 "$out/full_$name.txt"
+        for p in $ffns; do kill -TERM "$p" 2>/dev/null; done
+        for p in $ffns; do wait "$p"; done
+    }
+    full_case 1a1f 1 "" ""
+    full_case 1a1f_eager 1 --enforce-eager --enforce-eager
+    full_case 1a1f_dbo 1 --dbo --enable-dbo
+    full_case 1a2f 2 "" ""
+    full_case 1a2f_dbo 2 --dbo --enable-dbo
+    python3 - "$out" >>"$summary" <<'PY'
+import sys, os
 out = sys.argv[1]
 def rows(name):
     path = os.path.join(out, name)
@@ -125,9 +199,16 @@ def rows(name):
             r[int(f[1])] = float(f[4])
     return r
 dense = rows("full_dense.txt")
-for name in ("full_1a1f.txt", "full_1a2f.txt"):
-    afd = rows(name)
+for name in ("1a1f", "1a1f_eager", "1a1f_dbo", "1a2f", "1a2f_dbo"):
+    afd = rows(f"full_{name}.txt")
     for b in sorted(afd):
         if b in dense:
-            print(f"afd {name[5:9]} batch {b}: {afd[b]:.3f} ms, dense {dense[b]:.3f} ms, ratio {afd[b] / dense[b]:.3f}")
+            print(f"afd {name} batch {b}: {afd[b]:.3f} ms, dense {dense[b]:.3f} ms, ratio {afd[b] / dense[b]:.3f}")
 PY
+fi
+pkill -9 -f "$afd " 2>/dev/null  # any rank a failed case left (none when every case passed)
+echo quit | timeout 20 nvidia-cuda-mps-control >/dev/null 2>&1
+trap - EXIT
+sleep 2
+left=$(pgrep -l nvidia-cuda-mps 2>/dev/null | tr '\n' ' ')
+echo "afd MPS after the run: ${left:-no MPS process left}" | tee -a "$summary"

@@ -1,5 +1,6 @@
 #include "ffn/ffn_worker.h"
 
+#include <algorithm>
 #include <exception>
 
 #include "core/logging.h"
@@ -61,7 +62,16 @@ void FfnWorker::loop(std::stop_token) {
                 break;
             }
             error = runner_.serve(*info);
-            if (!error.isOk()) break;
+            if (!error.isOk()) {
+                std::lock_guard lock(mutex_);
+                // The stop cancelled this step (join): the loop ends as stopped, the step's failure logged.
+                if (step_cancelled_) {
+                    AFD_LOG_WARN("step {} cancelled by the stop: {}", info->step, error.message());
+                    error = core::Status::ok();
+                    end = WorkerEnd::kStopped;
+                }
+                break;
+            }
         }
     } catch (const std::exception& e) {
         error = core::internalError("FFN step loop failed: {}", e.what());
@@ -80,7 +90,19 @@ bool FfnWorker::join(std::chrono::milliseconds timeout) {
     if (!thread_.joinable()) return true;
     {
         std::unique_lock lock(mutex_);
-        if (!ended_cv_.wait_for(lock, timeout, [&] { return end_ != WorkerEnd::kRunning; })) return false;
+        const auto ended = [&] { return end_ != WorkerEnd::kRunning; };
+        const auto grace = std::min(timeout, kStepGrace);
+        if (!ended_cv_.wait_for(lock, grace, ended)) {
+            if (stop_requested_ && !idle_) {
+                AFD_LOG_WARN("the step in flight did not finish within {} ms of the stop: cancelling it",
+                             grace.count());
+                step_cancelled_ = true;
+                lock.unlock();
+                connector_.cancel();
+                lock.lock();
+            }
+            if (!ended_cv_.wait_for(lock, timeout - grace, ended)) return false;
+        }
     }
     if (thread_.joinable()) thread_.join();
     return true;

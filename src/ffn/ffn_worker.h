@@ -1,10 +1,11 @@
 // FfnWorker: owns the FFN step loop's thread.
 //
 // The loop calls FfnRunner::receiveStep() and serve() until every peer has left, a stop is requested, or a step fails.
-// A stop is graceful: a step in flight is finished (attention peers get their answers); an idle wait for the next step
-// is cancelled through the connector. The first error the loop meets (a Status, or an exception turned into a
-// kInternal Status) is stored and surfaced by error(). `on_end` runs on the loop thread once, as the loop exits
-// (the service uses it to wake its main thread).
+// A stop is graceful: a step in flight is given kStepGrace to finish (attention peers get their answers), then its
+// waits are cancelled through the connector too (a peer that stopped sending part-way through a step, whose device
+// waits would otherwise run to the step timeout); an idle wait for the next step is cancelled at once. The first error
+// the loop meets (a Status, or an exception turned into a kInternal Status) is stored and surfaced by error(). `on_end`
+// runs on the loop thread once, as the loop exits (the service uses it to wake its main thread).
 #pragma once
 
 #include <chrono>
@@ -31,7 +32,11 @@ public:
     void start();
     // Thread-safe; idempotent.
     void requestStop();
-    // Waits up to `timeout` for the loop to end, then joins its thread. False when it did not end in time (the
+    // How long join() lets a step in flight run after a stop was requested before cancelling it.
+    static constexpr std::chrono::milliseconds kStepGrace{3000};
+
+    // Waits up to `timeout` for the loop to end (cancelling a step still in flight after kStepGrace, when a stop was
+    // requested), then joins its thread. False when it did not end in time (the
     // thread is then still running; the caller must not destroy the runner or connector and should exit the
     // process).
     bool join(std::chrono::milliseconds timeout);
@@ -49,6 +54,7 @@ private:
     std::condition_variable ended_cv_;
     bool idle_ = false;  // waiting for the next step header (cancel is safe)
     bool stop_requested_ = false;
+    bool step_cancelled_ = false;  // join() cancelled a step in flight after the stop's grace
     WorkerEnd end_ = WorkerEnd::kRunning;
     core::Status error_;
     std::jthread thread_;

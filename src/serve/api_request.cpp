@@ -230,6 +230,10 @@ public:
                 r->prompt_text = first.get<std::string>();
                 return;
             }
+            if (first.empty()) {
+                fail("prompt", "prompt[0] must hold at least one token id");
+                return;
+            }
             r->prompt_is_text = false;
             tokenIds(first, "prompt[0]", &r->prompt_ids);
             return;

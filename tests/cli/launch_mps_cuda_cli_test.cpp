@@ -42,7 +42,15 @@ std::string readFile(const std::string& path) {
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-// The pids of the MPS processes on this machine (nvidia-cuda-mps-control and nvidia-cuda-mps-server).
+// The process's state letter from /proc/PID/stat ('Z': a zombie, which a container without a reaping init keeps).
+char processState(const std::string& proc_dir) {
+    const std::string stat = readFile(proc_dir + "/stat");
+    const size_t paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : 'X';
+}
+
+// The pids of the MPS processes running on this machine (nvidia-cuda-mps-control and nvidia-cuda-mps-server; zombies
+// are ended processes, not left ones).
 std::set<long> mpsProcesses() {
     std::set<long> pids;
     std::error_code ec;
@@ -50,7 +58,8 @@ std::set<long> mpsProcesses() {
         const std::string name = entry.path().filename().string();
         if (name.find_first_not_of("0123456789") != std::string::npos) continue;
         const std::string comm = readFile(entry.path().string() + "/comm");
-        if (comm.rfind("nvidia-cuda-mps", 0) == 0) pids.insert(std::stol(name));
+        const char state = processState(entry.path().string());
+        if (comm.rfind("nvidia-cuda-mps", 0) == 0 && state != 'Z' && state != 'X') pids.insert(std::stol(name));
     }
     return pids;
 }

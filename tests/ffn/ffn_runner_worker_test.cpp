@@ -42,7 +42,13 @@ public:
     }
     core::Result<std::span<const transport::ReceivedFrame>> receive(const transport::FrameKey&,
                                                                     const transport::FrameSpec&) override {
-        std::lock_guard lock(mutex_);
+        std::unique_lock lock(mutex_);
+        if (hold_frames_) {  // a peer that stopped sending part-way through the step
+            in_step_ = true;
+            cv_.notify_all();
+            cv_.wait(lock, [&] { return cancelled_; });
+            return core::makeStatus(core::StatusCode::kCancelled, "the wait for test:0's frame was cancelled");
+        }
         if (frames_.empty()) return core::peerLost("test:0 closed");
         current_ = {frames_.front()};
         frames_.pop_front();
@@ -73,6 +79,15 @@ public:
         return cv_.wait_for(lock, timeout, [&] { return waiting_; });
     }
 
+    bool waitUntilInStep(std::chrono::milliseconds timeout) {
+        std::unique_lock lock(mutex_);
+        return cv_.wait_for(lock, timeout, [&] { return in_step_; });
+    }
+    void holdFrames() {
+        std::lock_guard lock(mutex_);
+        hold_frames_ = true;
+    }
+
     std::vector<uint32_t> sent_rows_;
 
 private:
@@ -81,6 +96,8 @@ private:
     std::condition_variable cv_;
     bool cancelled_ = false;
     bool waiting_ = false;
+    bool hold_frames_ = false;
+    bool in_step_ = false;
     std::deque<transport::StepInfo> steps_;
     std::deque<transport::ReceivedFrame> frames_;
     std::vector<transport::ReceivedFrame> current_;
@@ -186,6 +203,21 @@ TEST_F(FfnRunnerTest, WorkerStopCancelsAnIdleWaitAndEndsStopped) {
     EXPECT_EQ(worker.end(), WorkerEnd::kStopped);
     EXPECT_TRUE(worker.error().isOk());
     EXPECT_TRUE(ended);
+}
+
+TEST_F(FfnRunnerTest, WorkerStopCancelsAStepWhoseFramesStopComingAfterTheGrace) {
+    FfnWorker worker(*runner_, connector_, {});
+    worker.start();
+    connector_.holdFrames();
+    connector_.pushStep(stepOf(0, 1));
+    ASSERT_TRUE(connector_.waitUntilInStep(5s));
+    const auto start = std::chrono::steady_clock::now();
+    worker.requestStop();
+    // The step in flight is not cancelled at once (a healthy one would finish), but after the grace.
+    ASSERT_TRUE(worker.join(FfnWorker::kStepGrace + 10s));
+    EXPECT_GE(std::chrono::steady_clock::now() - start, FfnWorker::kStepGrace);
+    EXPECT_EQ(worker.end(), WorkerEnd::kStopped);
+    EXPECT_TRUE(worker.error().isOk()) << worker.error().toString();
 }
 
 TEST_F(FfnRunnerTest, WorkerSurfacesTheFirstLoopError) {

@@ -86,6 +86,8 @@ TEST(ApiRequestTest, PromptForms) {
     EXPECT_EQ(refused(ApiEndpoint::kCompletions, R"({"prompt": ["a", "b"]})").param, "prompt");
     EXPECT_EQ(refused(ApiEndpoint::kCompletions, R"({"prompt": [[1], [2]]})").param, "prompt");
     EXPECT_EQ(refused(ApiEndpoint::kCompletions, R"({"prompt": []})").param, "prompt");
+    EXPECT_EQ(refused(ApiEndpoint::kCompletions, R"({"prompt": [[]]})").param, "prompt");
+    EXPECT_EQ(refused(ApiEndpoint::kCompletions, R"({"prompt": [[]], "stream": true})").param, "prompt");
     EXPECT_EQ(refused(ApiEndpoint::kCompletions, R"({"prompt": 5})").param, "prompt");
     EXPECT_EQ(refused(ApiEndpoint::kCompletions, R"({"prompt": [1, -1]})").param, "prompt[1]");
     EXPECT_EQ(refused(ApiEndpoint::kCompletions, R"({"prompt": [1, 2147483648]})").param, "prompt[1]");

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <span>
 
 #include "core/check.h"
@@ -51,19 +52,22 @@ core::Status RoutingProbe::beginStep(const attention::StepPlan& plan) {
 
 core::Status RoutingProbe::submit(int64_t layer, int stage, const core::Tensor& x, const core::Tensor& out) {
     const int64_t moe = moe_index_.at(static_cast<size_t>(layer));
-    if (armed_rows_ > 0 && moe >= 0 && stage == 0 && router_supported_) {
-        AFD_CHECK(x.size(0) >= armed_rows_, "RoutingProbe: the armed step has {} rows, fewer than the {} asked for",
-                  x.size(0), armed_rows_);
+    // The armed step's first armed_rows_ rows of each MoE layer, over its stages in order (a two-stage step submits
+    // stage 0's rows, then stage 1's).
+    const int64_t done = moe >= 0 ? recorded_[static_cast<size_t>(moe)] : 0;
+    const int64_t rows = std::min<int64_t>(x.size(0), armed_rows_ - done);
+    if (armed_rows_ > 0 && moe >= 0 && rows > 0 && router_supported_) {
         const int64_t K = config_.num_experts_per_tok;
         const auto& router = weights_.mlp[static_cast<size_t>(layer)].router;
         kernels::routerForwardCuda(
-            kernels::routerParams(config_, armed_rows_, kernels::ActDType::kBf16, x.rawData(),
-                                  router.data<core::Bf16>(), ids_.as<int32_t>(), topk_weights_.as<float>()),
+            kernels::routerParams(config_, rows, kernels::ActDType::kBf16, x.rawData(), router.data<core::Bf16>(),
+                                  ids_.as<int32_t>(), topk_weights_.as<float>()),
             workspace_.get(), workspace_.bytes(), ops_.stream());
-        int32_t* dst = host_ids_.as<int32_t>() + moe * max_rows_ * K;
-        AFD_CUDA_CHECK(cudaMemcpyAsync(dst, ids_.get(), static_cast<size_t>(armed_rows_ * K) * sizeof(int32_t),
+        int32_t* dst = host_ids_.as<int32_t>() + (moe * max_rows_ + done) * K;
+        // Stream-ordered behind the router: the next stage's router call on the stream writes ids_ after this copy.
+        AFD_CUDA_CHECK(cudaMemcpyAsync(dst, ids_.get(), static_cast<size_t>(rows * K) * sizeof(int32_t),
                                        cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(ops_.stream())));
-        recorded_[static_cast<size_t>(moe)] = 1;
+        recorded_[static_cast<size_t>(moe)] = done + rows;
     }
     return inner_->submit(layer, stage, x, out);
 }
@@ -81,7 +85,7 @@ std::vector<double> RoutingProbe::routedExperts() {
     std::vector<double> distinct;
     const int64_t K = config_.num_experts_per_tok;
     for (size_t m = 0; m < recorded_.size(); ++m) {
-        if (!recorded_[m]) return {};
+        if (recorded_[m] < rows) return {};  // the armed step had fewer rows than asked for
         const int32_t* ids = host_ids_.as<int32_t>() + static_cast<int64_t>(m) * max_rows_ * K;
         distinct.push_back(static_cast<double>(
             countDistinctExperts(std::span<const int32_t>(ids, static_cast<size_t>(rows * K)), config_.num_experts)));

@@ -67,7 +67,7 @@ private:
     uint64_t steps_seen_ = 0;
     int64_t last_step_tokens_ = 0;
     int64_t armed_rows_ = 0;
-    std::vector<uint8_t> recorded_;  // per MoE layer
+    std::vector<int64_t> recorded_;  // per MoE layer: rows of the armed step routed so far
 };
 
 }  // namespace afd::lab

@@ -109,12 +109,6 @@ core::Status CudaFfnCompute::setup(int64_t max_experts, int64_t max_inter) {
     }
     fork_events_.resize(lanes_.size());
     join_events_.resize(lanes_.size());
-    if (num_device_lanes_ > 0) {
-        // A dense layer's routing for device calls: every row to expert 0 with weight 1.
-        dense_routing_ = DeviceBuffer(static_cast<size_t>(rows) * (sizeof(int32_t) + sizeof(float)));
-        kernels::fillWords32Cuda(dense_routing_.get(), 0, rows, lanes_[0].stream->get());
-        kernels::fillWords32Cuda(dense_routing_.as<int32_t>() + rows, 0x3f800000u, rows, lanes_[0].stream->get());
-    }
     if (counting_) {
         if (counted_experts_ > kernels::kMaxCountedExperts) {
             return core::unsupported("--device cuda counts the routing of at most {} experts, the model has {}",
@@ -167,7 +161,7 @@ const GraphExec& CudaFfnCompute::graphFor(Lane& lane, int64_t layer, int64_t buc
         cudaGraph_t graph = nullptr;
         AFD_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         try {
-            enqueue(lane, layer, bucket);
+            enqueue(lane, layer, bucket, /*count=*/true);
         } catch (...) {
             // End the capture before the error leaves: a stream left capturing refuses every later call on it,
             // and the buffers' frees with it.
@@ -192,12 +186,12 @@ void CudaFfnCompute::launch(Lane& lane, int64_t layer, int64_t bucket) {
     if (use_graphs_ && capture == cudaStreamCaptureStatusNone) {
         AFD_CUDA_CHECK(cudaGraphLaunch(graphFor(lane, layer, bucket).get(), lane.stream->get()));
     } else {
-        enqueue(lane, layer, bucket);
+        enqueue(lane, layer, bucket, /*count=*/true);
     }
     AFD_CUDA_CHECK_LAUNCH();
 }
 
-void CudaFfnCompute::enqueue(Lane& lane, int64_t layer, int64_t rows) {
+void CudaFfnCompute::enqueue(Lane& lane, int64_t layer, int64_t rows, bool count) {
     const DeviceLayer& d = layers_[static_cast<size_t>(layer)];
     kernels::MoeParams p;
     p.num_tokens = rows;
@@ -225,7 +219,7 @@ void CudaFfnCompute::enqueue(Lane& lane, int64_t layer, int64_t rows) {
         kernels::routerForwardCuda(r, lane.router_workspace.get(), lane.router_workspace.bytes(), lane.stream->get());
     }
     kernels::moeForwardCuda(p, lane.workspace.get(), lane.workspace.bytes(), lane.stream->get());
-    if (d.counts_routing) {
+    if (count && d.counts_routing) {
         // After the MoE, off the router-to-MoE path; it reads the ids the MoE leaves untouched.
         kernels::ExpertTokenCountParams c;
         c.num_rows = rows;
@@ -311,52 +305,50 @@ core::Status CudaFfnCompute::computeDevice(int lane_index, int64_t layer, std::s
     cudaStream_t s = lane.stream->get();
     const int64_t H = config_.hidden_size;
     const int64_t K = d.is_moe ? config_.num_experts_per_tok : 1;
-    const int64_t bucket = use_graphs_ ? bucketFor(T) : T;
-    // The peers' rows back to back (device to device; each peer's slot holds its rows contiguously).
-    auto* x = lane.x.as<uint16_t>();
-    auto* ids = lane.ids.as<int32_t>();
-    auto* weights = lane.weights.as<float>();
-    int64_t row = 0;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    AFD_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+    // A step graph is captured for its exact rows; eager calls replay the layer graph of their bucket.
+    const bool capturing = capture != cudaStreamCaptureStatusNone;
+    const int64_t bucket = use_graphs_ && !capturing ? bucketFor(T) : T;
+    AFD_CHECK(peers.size() <= static_cast<size_t>(kernels::kMaxGatheredPeers), "{} peers' frames (at most {})",
+              peers.size(), kernels::kMaxGatheredPeers);
+    // One launch: the peers' rows back to back (each peer's slot holds its rows contiguously), the bucket's padding
+    // rows (zero inputs, routed nowhere), the frames' ids checked and counted.
+    kernels::GatherFfnRowsParams g;
     for (const DevicePeerRows& p : peers) {
         if (p.rows == 0) continue;
-        AFD_CUDA_CHECK(cudaMemcpyAsync(x + row * H, p.x, static_cast<size_t>(p.rows * H) * sizeof(uint16_t),
-                                       cudaMemcpyDeviceToDevice, s));
+        const int k = g.num_peers++;
+        g.x[k] = static_cast<const uint16_t*>(p.x);
+        g.rows[k] = p.rows;
         if (d.is_moe && !d.route_here) {
             AFD_CHECK(p.ids != nullptr && p.weights != nullptr, "m2n rows without ids or weights");
-            AFD_CUDA_CHECK(cudaMemcpyAsync(ids + row * K, p.ids, static_cast<size_t>(p.rows * K) * sizeof(int32_t),
-                                           cudaMemcpyDeviceToDevice, s));
-            AFD_CUDA_CHECK(cudaMemcpyAsync(weights + row * K, p.weights,
-                                           static_cast<size_t>(p.rows * K) * sizeof(float), cudaMemcpyDeviceToDevice,
-                                           s));
-        }
-        row += p.rows;
-    }
-    if (d.is_moe && !d.route_here) {
-        // The peers' ids are their data: out-of-range ones go nowhere and fail the step (synchronizeLanes).
-        kernels::CheckLocalIdsParams check;
-        check.count = T * K;
-        check.num_local = static_cast<int32_t>(d.num_experts);
-        check.layer = static_cast<int32_t>(layer);
-        check.ids = ids;
-        check.bad = bad_ids_.as<int32_t>();
-        kernels::checkLocalIdsCuda(check, s);
-    }
-    if (!d.is_moe) {  // a dense layer: every row to the one expert
-        AFD_CUDA_CHECK(cudaMemcpyAsync(ids, dense_routing_.as<int32_t>(), static_cast<size_t>(T) * sizeof(int32_t),
-                                       cudaMemcpyDeviceToDevice, s));
-        AFD_CUDA_CHECK(cudaMemcpyAsync(weights, dense_routing_.as<int32_t>() + bucketFor(max_rows_),
-                                       static_cast<size_t>(T) * sizeof(float), cudaMemcpyDeviceToDevice, s));
-    }
-    if (bucket > T) {
-        // The bucket's padding rows: zero inputs (a router sends them somewhere; their outputs are never read), and
-        // routed nowhere where the caller routes.
-        AFD_CUDA_CHECK(cudaMemsetAsync(x + T * H, 0, static_cast<size_t>((bucket - T) * H) * sizeof(uint16_t), s));
-        if (!d.route_here) {
-            kernels::fillWords32Cuda(ids + T * K, 0xffffffffu, (bucket - T) * K, s);
-            kernels::fillWords32Cuda(weights + T * K, 0, (bucket - T) * K, s);
+            g.ids[k] = p.ids;
+            g.weights[k] = p.weights;
         }
     }
-    if (d.counts_routing) kernels::fillWords32Cuda(lane.valid_rows.get(), static_cast<uint32_t>(T), 1, s);
+    g.hidden = H;
+    g.top_k = K;
+    g.padded_rows = bucket;
+    g.routing = !d.is_moe      ? kernels::GatheredRouting::kDense
+                : d.route_here ? kernels::GatheredRouting::kRouterHere
+                               : kernels::GatheredRouting::kFromFrames;
+    g.num_local = static_cast<int32_t>(d.num_experts);
+    g.layer = static_cast<int32_t>(layer);
+    g.out_x = lane.x.as<uint16_t>();
+    g.out_ids = lane.ids.as<int32_t>();
+    g.out_weights = lane.weights.as<float>();
+    g.bad = bad_ids_.as<int32_t>();
+    // In a step graph the gather counts the frames' local ids itself (no count kernel on the way to the send);
+    // otherwise the count kernel the layer graph holds takes the gathered rows, as it does after a p2p router.
+    const bool gather_counts = capturing && d.counts_routing && g.routing == kernels::GatheredRouting::kFromFrames;
+    g.counts = gather_counts ? routed_counts_dev_.as<uint64_t>() : nullptr;
+    if (d.counts_routing && !gather_counts) g.valid_rows = lane.valid_rows.as<int32_t>();
+    kernels::gatherFfnRowsCuda(g, s);
+    if (capturing) {
+        enqueue(lane, layer, bucket, /*count=*/!gather_counts);
+        AFD_CUDA_CHECK_LAUNCH();
+        return core::Status::ok();
+    }
     launch(lane, layer, bucket);
     return core::Status::ok();
 }
@@ -484,7 +476,6 @@ void CudaFfnCompute::release() {
     lanes_.clear();
     bad_ids_ = DeviceBuffer();
     layers_.clear();
-    dense_routing_ = DeviceBuffer();
     x_host_ = PinnedBuffer();
     out_host_ = PinnedBuffer();
     ids_host_ = PinnedBuffer();

@@ -111,8 +111,9 @@ private:
     // Buffers, lanes and graphs, once the layers' weights are on the GPU.
     core::Status setup(int64_t max_experts, int64_t max_inter);
     core::Status run(int64_t layer, int64_t T, const float* x, const int32_t* ids, const float* weights, float* out);
-    // Enqueues the layer's kernels for `rows` staged rows on the lane's stream.
-    void enqueue(Lane& lane, int64_t layer, int64_t rows);
+    // Enqueues the layer's kernels for `rows` staged rows on the lane's stream; `count`: with the routing count
+    // kernel where the layer counts its routing.
+    void enqueue(Lane& lane, int64_t layer, int64_t rows, bool count);
     // The instantiated graph of enqueue(lane, layer, bucket), captured on the lane's stream the first time.
     const GraphExec& graphFor(Lane& lane, int64_t layer, int64_t bucket);
     // Runs enqueue(lane, layer, bucket) as its graph, or eagerly.
@@ -144,8 +145,7 @@ private:
     std::vector<Lane> lanes_;
     std::vector<GraphExec> step_graphs_;            // whole steps (FfnRunner), by id
     std::vector<Event> fork_events_, join_events_;  // [lane]: lanes 1.. joining a step capture of lane 0
-    DeviceBuffer bad_ids_;  // [4] int32: the first out-of-range id of a device call (kernels::CheckLocalIdsParams)
-    DeviceBuffer dense_routing_;  // [rows] int32 0, then [rows] float 1: a dense layer's one expert
+    DeviceBuffer bad_ids_;  // [4] int32: the first out-of-range id of a device call (kernels::GatherFfnRowsParams)
     PinnedBuffer x_host_, ids_host_, weights_host_, out_host_;
     PinnedBuffer valid_rows_host_;
     bool released_ = false;

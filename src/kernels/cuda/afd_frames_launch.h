@@ -9,6 +9,6 @@ namespace afd::kernels {
 
 cudaError_t launchSplitRouting(const SplitRoutingParams& params, cudaStream_t stream);
 cudaError_t launchSumPartials(const SumPartialsParams& params, cudaStream_t stream);
-cudaError_t launchCheckLocalIds(const CheckLocalIdsParams& params, cudaStream_t stream);
+cudaError_t launchGatherFfnRows(const GatherFfnRowsParams& params, cudaStream_t stream);
 
 }  // namespace afd::kernels

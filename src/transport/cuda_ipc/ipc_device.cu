@@ -51,6 +51,11 @@ __device__ __forceinline__ uint64_t globalTimerNs() {
     return t;
 }
 
+// Programmatic dependent launch: waits for the kernel before this one in the stream (a no-op after a normal launch),
+// and lets the one after this start.
+__device__ __forceinline__ void gridDependencyWait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void launchDependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
 __device__ __forceinline__ uint32_t loadVolatile(const uint32_t* ptr) {
     return *static_cast<const volatile uint32_t*>(ptr);
 }
@@ -76,6 +81,9 @@ __device__ void copySegment(const void* src, void* dst, uint64_t bytes) {
 }
 
 __global__ void __launch_bounds__(kPutThreads) ipcPutKernel(IpcPutParams p) {
+    // The frame's bytes are the previous kernel's output; the wait that follows this put may start spinning now.
+    gridDependencyWait();
+    launchDependents();
     // A connector that failed, or a peer that is gone: its memory is not written again.
     const bool skip = loadVolatile(p.failed) != 0 || loadVolatile(p.abort) != 0;
     if (!skip) {
@@ -127,11 +135,8 @@ __device__ void raise(const IpcWaitParams& p, int i, uint32_t code, uint32_t rea
     __threadfence_system();
 }
 
-__global__ void ipcWaitKernel(IpcWaitParams p) {
-    const int i = threadIdx.x;
-    if (i >= p.num_peers) return;
-    if (loadVolatile(p.failed) != 0) return;  // an earlier wait failed: drain
-    const uint64_t want = *p.received[i] + 1;
+// Spins for peer i's frame; true when it came and is the expected one (the failures are raised).
+__device__ bool awaitFrame(const IpcWaitParams& p, int i, uint64_t want) {
     const uint64_t start = globalTimerNs();
     uint32_t spins = 0;
     const bool system = p.system_scope[i];
@@ -141,42 +146,70 @@ __global__ void ipcWaitKernel(IpcWaitParams p) {
             const volatile SlotControl* c = p.control[i];
             if (c->layer != p.layer || c->stage != p.stage || c->rows != p.rows[i]) {
                 raise(p, i, kIpcBadFrame, kAbortNone, got, want, p.control[i]);
-                return;
+                return false;
             }
-            *p.received[i] = want;
-            return;
+            return true;
         }
         if (got > want) {  // a frame was overwritten before it was taken: the two ends disagree on the schedule
             raise(p, i, kIpcBadFrame, kAbortNone, got, want, p.control[i]);
-            return;
+            return false;
         }
         if (++spins % kSpinsPerCheck != 0) continue;
-        if (loadVolatile(p.failed) != 0) return;
+        if (loadVolatile(p.failed) != 0) return false;
         const uint32_t reason = loadVolatile(p.abort[i]);
         if (reason != kAbortNone) {
             raise(p, i, kIpcAborted, reason, got, want, nullptr);
-            return;
+            return false;
         }
         if (globalTimerNs() - start > p.timeout_ns) {
             raise(p, i, kIpcTimeout, kAbortNone, got, want, nullptr);
-            return;
+            return false;
         }
     }
 }
 
+// Launched programmatically: it spins while the put before it in the stream still runs (the frame it waits for is
+// the peer's answer, not that put's output), and finishes only after that kernel has, so the kernels after the wait
+// see everything before it.
+__global__ void ipcWaitKernel(IpcWaitParams p) {
+    const int i = threadIdx.x;
+    const bool mine = i < p.num_peers;
+    // An earlier wait failed: drain.
+    const uint64_t want = mine ? *p.received[i] + 1 : 0;
+    const bool got = mine && loadVolatile(p.failed) == 0 && awaitFrame(p, i, want);
+    gridDependencyWait();
+    if (got) *p.received[i] = want;
+}
+
 }  // namespace
+
+// grid x block on `stream`; with programmatic dependent launch when `programmatic` (the kernel may start while the one
+// before it runs; griddepcontrol.wait orders it).
+template <typename Params>
+cudaError_t launch(void (*kernel)(Params), const Params& params, unsigned grid, unsigned block, cudaStream_t stream,
+                   bool programmatic) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(block);
+    config.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attr;
+    config.numAttrs = programmatic ? 1 : 0;
+    return cudaLaunchKernelEx(&config, kernel, params);
+}
 
 cudaError_t ipcPutLaunch(const IpcPutParams& params, cudaStream_t stream) {
     uint64_t total = 0;
     for (int s = 0; s < params.num_segments; ++s) total += params.bytes[s];
     const uint64_t blocks = std::clamp<uint64_t>((total + kBytesPerBlock - 1) / kBytesPerBlock, 1, kMaxPutBlocks);
-    ipcPutKernel<<<static_cast<unsigned>(blocks), kPutThreads, 0, stream>>>(params);
-    return cudaGetLastError();
+    // A put that only publishes follows the copy engine's copies, which are no kernel to overlap.
+    return launch(ipcPutKernel, params, static_cast<unsigned>(blocks), kPutThreads, stream, params.num_segments > 0);
 }
 
 cudaError_t ipcWaitLaunch(const IpcWaitParams& params, cudaStream_t stream) {
-    ipcWaitKernel<<<1, 32, 0, stream>>>(params);
-    return cudaGetLastError();
+    return launch(ipcWaitKernel, params, 1, 32, stream, true);
 }
 
 }  // namespace afd::transport::cuda_ipc

@@ -81,7 +81,8 @@ struct IpcPutParams {
 };
 
 // Asynchronous on `stream`; capturable. With no segments it only publishes the control block (the caller copied the
-// frame before it on the stream).
+// frame before it on the stream); with segments it is launched with programmatic dependent launch and reads them once
+// the kernel before it has finished.
 void launchIpcPut(const IpcPutParams& params, void* stream);
 
 // Waits for one frame from each of `num_peers` peers on their channels.
@@ -100,7 +101,8 @@ struct IpcWaitParams {
     IpcDeviceError* error = nullptr;  // host-mapped
 };
 
-// One block on `stream`; the work enqueued after it sees the frames' bytes. Asynchronous; capturable.
+// One warp on `stream`; the work enqueued after it sees the frames' bytes. Launched with programmatic dependent launch:
+// it spins while the kernel before it (this rank's put) still runs. Asynchronous; capturable.
 void launchIpcWait(const IpcWaitParams& params, void* stream);
 
 }  // namespace afd::transport::cuda_ipc
