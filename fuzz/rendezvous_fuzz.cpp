@@ -57,7 +57,7 @@ void checkRequestStream(std::span<const uint8_t> stream) {
         require(!r.key.empty() && r.key.size() <= tr::kMaxStoreKeyBytes);
         require(r.value.size() <= tr::kMaxStoreValueBytes);
         if (r.op == tr::kStoreOpSet) {
-            require((r.flags & ~tr::kStoreFlagExclusive) == 0);
+            require((r.flags & ~(tr::kStoreFlagExclusive | tr::kStoreFlagOwned)) == 0);
         } else {
             require(r.op == tr::kStoreOpGet && r.flags == 0 && r.value.empty());
         }
@@ -110,11 +110,12 @@ void checkRecord(std::string_view text, const nlohmann::json& json, Role role, i
     // The version compared with this rank's own is the one the peer sent, not a truncation of it.
     require(json.at("protocol_version") == record->protocol_version);
     require(json.at("fingerprint").get<std::string>() == record->fingerprint);
+    require(json.contains("session") ? json.at("session") == record->session : record->session == 0);
     // Our own encoder writes it back, and that reads as the same record.
     const std::string encoded = tr::encodeRankRecord(*record);
     const auto again = tr::decodeRankRecord(encoded, role, rank, kWhere);
     require(again.isOk() && again->protocol_version == record->protocol_version &&
-            again->fingerprint == record->fingerprint);
+            again->fingerprint == record->fingerprint && again->session == record->session);
 }
 
 void checkRecords(std::string_view text) {

@@ -39,7 +39,16 @@ void addFfnCommand(CLI::App& app, int& exit_code) {
                   "serve the two stages of a dual-batch-overlap step on two GPU lanes at once (device connectors)");
     cmd->add_option("--shutdown-timeout", options->shutdown_timeout_s, "seconds to wait for the step loop at stop")
         ->default_val(15);
-    cmd->callback([options, &exit_code] { exit_code = ffn::runFfnService(*options); });
+    auto sessions = std::make_shared<std::string>("forever");
+    cmd->add_option("--serve-sessions", *sessions,
+                    "forever: after each session (every attention rank left, or one was lost) rejoin the rendezvous "
+                    "for the next, until stopped; once: serve one session, then wait to be stopped")
+        ->check(CLI::IsMember({"once", "forever"}))
+        ->default_val("forever");
+    cmd->callback([options, sessions, &exit_code] {
+        options->serve_sessions = *ffn::parseServeSessions(*sessions);
+        exit_code = ffn::runFfnService(*options);
+    });
 }
 
 }  // namespace afd::cli

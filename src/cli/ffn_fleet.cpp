@@ -85,6 +85,8 @@ core::Result<FfnFleet> FfnFleet::spawn(const FfnFleetSpec& spec) {
         child.argv = {spec.binary,           "--log-level",   spec.log_level, "ffn", spec.model_dir,
                       "--additional-config", cfg.dump(),      "--admin-port", "0",   "--admin-port-file",
                       r.port_file,           "--status-file", r.status_file};
+        // The launcher's ranks live for its one job: after it they wait to be stopped (waitForReady counts on it).
+        child.argv.insert(child.argv.end(), {"--serve-sessions", "once"});
         for (const auto& arg : spec.device_args) child.argv.push_back(arg);
         child.env = {{"RANK", std::to_string(k)},
                      {"WORLD_SIZE", std::to_string(spec.num_ffn_ranks)},

@@ -13,6 +13,8 @@ ExpertTokenCounters::ExpertTokenCounters(core::MetricsRegistry& metrics, int64_t
     for (int64_t e = 0; e < num_experts; ++e) {
         counters_.push_back(&metrics.counter(kName, "Tokens routed to each expert of this rank (summed over layers).",
                                              {{"expert", std::to_string(expert_begin + e)}}));
+        // Counts are whole numbers far below 2^53: the double holds them exactly.
+        seen_[static_cast<size_t>(e)] = static_cast<uint64_t>(counters_.back()->value());
     }
 }
 

@@ -26,6 +26,9 @@ public:
     // (AFD_CHECK otherwise). One atomic add per expert that occurs.
     void addLocalIds(std::span<const int32_t> ids);
     // `totals` [num_experts]: cumulative tokens per local expert kept elsewhere; adds what is new since the last call.
+    // NOTE: the series belong to the registry and may outlive this object (the FFN service makes one runner, and so
+    // one of these, per session, over one compute whose totals count from its start): the first call brings each
+    // counter up to its total from the value it holds, so earlier sessions are not counted again.
     void addTotals(std::span<const uint64_t> totals);
 
     int64_t numExperts() const { return static_cast<int64_t>(counters_.size()); }

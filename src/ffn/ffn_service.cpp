@@ -21,6 +21,7 @@
 #include "ffn/compute_factory.h"
 #include "ffn/ffn_runner.h"
 #include "ffn/ffn_worker.h"
+#include "ffn/session_ledger.h"
 #include "ffn/status_file.h"
 #include "http/admin_auth.h"
 #include "http/http_server.h"
@@ -32,31 +33,11 @@
 #include "transport/connector_factory.h"
 #include "transport/rendezvous_store.h"
 
+#include "ffn/ffn_service_impl.h"
+
 namespace afd::ffn {
+namespace detail {
 namespace {
-
-using core::Status;
-
-// Service states as /status and /ready report them.
-enum class State { kStarting, kLoading, kConnecting, kServing, kSessionEnded, kStopping };
-
-std::string_view stateName(State s) {
-    switch (s) {
-        case State::kStarting:
-            return "starting";
-        case State::kLoading:
-            return "loading";
-        case State::kConnecting:
-            return "connecting";
-        case State::kServing:
-            return "serving";
-        case State::kSessionEnded:
-            return "session_ended";
-        case State::kStopping:
-            return "stopping";
-    }
-    return "unknown";
-}
 
 // Reads RANK-style variables: the flag when given, else the environment variable; errors name both.
 core::Result<int> rankVariable(const std::optional<int>& flag, const char* env, const char* flag_name, bool required,
@@ -77,78 +58,27 @@ core::Result<int> rankVariable(const std::optional<int>& flag, const char* env, 
     return value;
 }
 
-// Everything the service shares between its main thread, the admin handlers and the worker's end callback.
-class Service {
-public:
-    explicit Service(const FfnServiceOptions& options) : options_(options) {}
-    int run();
+}  // namespace
 
-private:
-    Status configure();
-    Status load();
-    Status bindAdmin();
-    Status hostRendezvousStore();
-    Status startAdmin();
-    Status connect();
-    void serve();
-    // The device this rank computes on (after configure resolved it).
-    core::Device device() const { return gpu_ < 0 ? core::Device::cpu() : core::Device::cuda(gpu_); }
-    // What the connector factory gets (after load: the model fingerprint is known).
-    transport::ConnectorRequest connectorRequest() const;
-    int shutdown();
-
-    void requestStop(std::string_view why);
-    void wake();
-    nlohmann::json statusJson() const;
-    int fail(std::string reason, int code, const Status& error);
-
-    const FfnServiceOptions& options_;
-    std::unique_ptr<core::SignalWatcher> signals_;
-
-    // Configuration (set by configure()).
-    transport::AfdConfig afd_;
-    model::ModelConfig model_config_;
-    int rank_ = 0;
-    int world_size_ = 0;
-    int local_rank_ = 0;
-    int gpu_ = -1;
-    transport::ExpertRange experts_{};
-
-    std::string admin_token_;  // empty: POST /stop needs none (loopback)
-    // NOTE: AFD_TEST_LOAD_DELAY_MS, for tests only: a sleep after each layer loads, so that a test sees the `loading`
-    // state of a model that loads in milliseconds (a real model that loads slowly enough to watch takes gigabytes).
-    int64_t test_load_delay_ms_ = 0;
-
-    // Resources, released in reverse order (admin_ excepted: see below).
-    std::optional<model::Checkpoint> checkpoint_;
-    std::string model_fingerprint_;
-    std::string fingerprint_;  // the deployment's, as every rank must share it (shown by /status)
-    std::unique_ptr<FfnCompute> compute_;
-    uint64_t weight_bytes_ = 0;
-    // NOTE: the admin handlers run while the weights load: they read what load() writes (compute_, fingerprint_,
-    // weight_bytes_) only once loaded_ is true (set after those, sequentially consistent), and the progress from
-    // the two atomics before.
-    std::atomic<bool> loaded_{false};
-    std::atomic<int64_t> layers_loaded_{0};
-    std::atomic<int64_t> num_layers_{0};
-    std::unique_ptr<transport::StoreServer> store_;  // rank 0: the rendezvous store, up before loading
-    std::unique_ptr<transport::Canceller> setup_cancel_;
-    std::unique_ptr<transport::FfnConnector> connector_;
-    std::unique_ptr<FfnRunner> runner_;
-    std::unique_ptr<FfnWorker> worker_;
-
-    std::atomic<State> state_{State::kStarting};
-    mutable std::mutex mutex_;
-    std::condition_variable cv_;
-    bool stop_requested_ = false;
-    bool woken_ = false;
-    std::string stop_reason_;
-
-    ServiceStatusReport report_;
-    // NOTE: declared last, so that it is destroyed (its handler threads joined) before anything its handlers use;
-    // shutdown() stops it explicitly in the ordered path.
-    std::unique_ptr<http::HttpServer> admin_;
-};
+std::string_view stateName(State s) {
+    switch (s) {
+        case State::kStarting:
+            return "starting";
+        case State::kLoading:
+            return "loading";
+        case State::kConnecting:
+            return "connecting";
+        case State::kWaitingForSession:
+            return "waiting_for_session";
+        case State::kServing:
+            return "serving";
+        case State::kSessionEnded:
+            return "session_ended";
+        case State::kStopping:
+            return "stopping";
+    }
+    return "unknown";
+}
 
 int Service::fail(std::string reason, int code, const Status& error) {
     AFD_LOG_ERROR("{}", error.message());
@@ -211,6 +141,7 @@ Status Service::configure() {
             options_.weights_seed);
     }
     report_.rank = rank_;
+    report_.serve_sessions = options_.serve_sessions;
     core::setLogTag(fmt::format("ffn:{}", rank_));
     std::error_code ec;
     if (!std::filesystem::is_directory(options_.model_dir, ec)) {
@@ -318,23 +249,21 @@ nlohmann::json Service::statusJson() const {
     j["weight_bytes"] = loaded ? weight_bytes_ : 0;
     j["load"] = {{"layers_done", layers_loaded_.load()}, {"num_layers", num_layers_.load()}, {"done", loaded}};
     j["afd"] = nlohmann::json::parse(afd_.toJson());
-    // NOTE: runner_ is assigned before state_ becomes kServing (a sequentially consistent store), so it is read
-    // only after the state says it exists.
-    const State s = state_.load();
-    if ((s == State::kServing || s == State::kSessionEnded || s == State::kStopping) && runner_) {
-        const FfnRunnerStats stats = runner_->stats();
-        j["steps"] = stats.steps;
-        j["tokens"] = stats.tokens;
+    j["serve_sessions"] = serveSessionsName(options_.serve_sessions);
+    j["sessions"] = sessionSummaryJson(sessions_.summary());
+    std::lock_guard lock(session_mutex_);
+    const FfnRunnerStats stats = runner_ ? runner_->stats() : last_stats_;
+    const std::vector<int64_t>& crossing = runner_ ? runner_->crossingLayers() : last_layers_;
+    j["steps"] = stats.steps;
+    j["tokens"] = stats.tokens;
+    if (!crossing.empty()) {
         nlohmann::json layers = nlohmann::json::array();
-        for (size_t i = 0; i < runner_->crossingLayers().size(); ++i) {
-            layers.push_back({{"layer", runner_->crossingLayers()[i]},
+        for (size_t i = 0; i < crossing.size(); ++i) {
+            layers.push_back({{"layer", crossing[i]},
                               {"compute_seconds", stats.layer_compute_seconds[i]},
                               {"wait_seconds", stats.layer_wait_seconds[i]}});
         }
         j["layers"] = layers;
-    } else {
-        j["steps"] = 0;
-        j["tokens"] = 0;
     }
     return j;
 }
@@ -354,7 +283,9 @@ Status Service::bindAdmin() {
         reply.content_type = "text/plain";
         return reply;
     };
-    admin_->addRoute("GET", "/health", [plain](const http::HttpRequest&) { return plain(200, "ok\n"); });
+    admin_->addRoute("GET", "/health", [this, plain](const http::HttpRequest&) {
+        return plain(200, fmt::format("ok {}\n", stateName(state_.load())));
+    });
     admin_->addRoute("GET", "/ready", [this, plain](const http::HttpRequest&) {
         const State s = state_.load();
         return s == State::kServing ? plain(200, "ready\n") : plain(503, std::string(stateName(s)) + "\n");
@@ -424,40 +355,6 @@ transport::ConnectorRequest Service::connectorRequest() const {
     request.rendezvous_store_started = store_ != nullptr;
     return request;
 }
-
-Status Service::connect() {
-    state_ = State::kConnecting;
-    AFD_ASSIGN_OR_RETURN(connector_, transport::makeFfnConnector(connectorRequest()));
-    AFD_LOG_INFO("connected to {} attention peer(s)", connector_->peers().size());
-    return Status::ok();
-}
-
-void Service::serve() {
-    FfnRunnerOptions runner_options;
-    const auto capabilities = transport::connectorCapabilities(afd_.connector);
-    // nccl: a step graph is captured while the attention rank runs its warm-up eagerly, and NCCL wants both ends of
-    // a transfer captured alike; its step graphs wait for a multi-GPU check.
-    runner_options.step_graphs = capabilities && capabilities->graph_capturable && !options_.enforce_eager &&
-                                 afd_.connector != transport::ConnectorKind::kNccl;
-    runner_ = std::make_unique<FfnRunner>(model_config_, afd_.mode(), experts_.end - experts_.begin, *compute_,
-                                          *connector_, core::globalMetrics(), experts_.begin, runner_options);
-    worker_ = std::make_unique<FfnWorker>(*runner_, *connector_, [this] { wake(); });
-    state_ = State::kServing;
-    worker_->start();
-    std::unique_lock lock(mutex_);
-    while (true) {
-        cv_.wait(lock, [&] { return woken_; });
-        woken_ = false;
-        if (stop_requested_) return;
-        if (worker_->end() == WorkerEnd::kAllPeersLeft && state_ == State::kServing) {
-            state_ = State::kSessionEnded;
-            AFD_LOG_INFO("every attention peer has left: session ended; waiting to be stopped");
-            continue;
-        }
-        if (worker_->end() == WorkerEnd::kFailed) return;
-    }
-}
-
 int Service::shutdown() {
     state_ = State::kStopping;
     std::vector<std::string> released;
@@ -479,8 +376,8 @@ int Service::shutdown() {
             std::_Exit(core::kExitInternal);
         }
     }
-    if (runner_) {
-        const FfnRunnerStats stats = runner_->stats();
+    {
+        const FfnRunnerStats stats = runnerStats();
         report_.steps = stats.steps;
         report_.tokens = stats.tokens;
     }
@@ -504,7 +401,11 @@ int Service::shutdown() {
         // The worker has joined and the admin server, the one other caller of the worker, has stopped: the
         // connector's memory (a device connector's inbox and its mappings of the peers' inboxes) goes now.
         const auto capabilities = transport::connectorCapabilities(afd_.connector);
-        worker_.reset();
+        {
+            std::lock_guard lock(session_mutex_);
+            worker_.reset();
+            runner_.reset();
+        }
         connector_.reset();
         if (capabilities && capabilities->needsCudaDevice()) {
             released.push_back(
@@ -528,10 +429,6 @@ int Service::run() {
     signals_ = std::move(signals).value();
 
     int code = core::kExitOk;
-    auto stopped = [&] {
-        std::lock_guard lock(mutex_);
-        return stop_requested_;
-    };
     if (Status s = configure(); !s.isOk()) {
         code = fail("config_error", core::kExitBadConfig, s);
     } else if (Status s = bindAdmin(); !s.isOk()) {
@@ -543,42 +440,13 @@ int Service::run() {
     } else if (Status s = load(); !s.isOk()) {
         code =
             fail(core::exitCodeFor(s) == core::kExitBadConfig ? "config_error" : "load_error", core::exitCodeFor(s), s);
-    } else if (stopped()) {
-        report_.exit_reason = "stopped";
-    } else if (Status s = connect(); !s.isOk()) {
-        if (stopped() && s.code() == core::StatusCode::kCancelled) {
-            report_.exit_reason = "stopped";
-        } else {
-            // A rendezvous that times out is a lost peer (3), as on the attention side (core/exit_codes.h).
-            code = fail("connect_error", core::exitCodeFor(s), s);
-        }
     } else {
-        serve();
-        if (worker_->end() == WorkerEnd::kFailed) {
-            const Status error = worker_->error();
-            switch (error.code()) {
-                case core::StatusCode::kPeerLost:
-                case core::StatusCode::kTimeout:
-                    code = fail("peer_lost", core::kExitPeerLost, error);
-                    break;
-                case core::StatusCode::kCorrupt:
-                case core::StatusCode::kMismatch:
-                    code = fail("protocol_error", core::kExitFailure, error);
-                    break;
-                case core::StatusCode::kInternal:
-                    code = fail("internal_error", core::kExitInternal, error);
-                    break;
-                default:
-                    code = fail("error", core::kExitFailure, error);
-            }
-        } else {
-            std::lock_guard lock(mutex_);
-            report_.exit_reason =
-                worker_->end() == WorkerEnd::kAllPeersLeft && !stop_requested_ ? "peers_finished" : "stopped";
-        }
+        code = serveSessions();
     }
     report_.exit_code = code;
     code = shutdown();
+    report_.state = "exited";
+    report_.sessions = sessions_.summary();
     if (!options_.status_file.empty()) {
         if (Status s = writeStatusFile(options_.status_file, report_); !s.isOk()) AFD_LOG_ERROR("{}", s.message());
     }
@@ -587,10 +455,10 @@ int Service::run() {
     return code;
 }
 
-}  // namespace
+}  // namespace detail
 
 int runFfnService(const FfnServiceOptions& options) {
-    Service service(options);
+    detail::Service service(options);
     try {
         return service.run();
     } catch (const std::exception& e) {

@@ -9,6 +9,7 @@ namespace afd::ffn {
 
 core::Status writeStatusFile(const std::string& path, const ServiceStatusReport& r) {
     const nlohmann::json j = {
+        {"state", r.state},
         {"exit_reason", r.exit_reason},
         {"exit_code", r.exit_code},
         {"error", r.error},
@@ -18,6 +19,8 @@ core::Status writeStatusFile(const std::string& path, const ServiceStatusReport&
         {"counters", {{"steps", r.steps}, {"tokens", r.tokens}}},
         {"resources_released", r.resources_released},
         {"released", r.released_detail},
+        {"serve_sessions", serveSessionsName(r.serve_sessions)},
+        {"sessions", sessionSummaryJson(r.sessions)},
     };
     const std::string tmp = path + ".tmp";
     {

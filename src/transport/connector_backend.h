@@ -13,6 +13,7 @@
 #include "core/tensor.h"
 #include "transport/afd_config.h"
 #include "transport/connector.h"
+#include "transport/rendezvous_session.h"
 #include "transport/role.h"
 #include "transport/socket.h"
 
@@ -46,6 +47,9 @@ struct ConnectorRequest {
     // FFN rank 0: the caller started the rendezvous store at afd.host:afd.port (StoreServer) before loading, so that
     // a taken port is found before any weight is read, and keeps it up while the connector lives.
     bool rendezvous_store_started = false;
+    // The rendezvous session (rendezvous_session.h): an FFN pool between sessions waits idle for attention rank 0,
+    // and learns each session's number. Every backend's connector is made anew for each session.
+    SessionOptions session;
 
     // The fingerprint every rank must share: the model's and the deployment's (afd.fingerprint()).
     std::string deploymentFingerprint() const;

@@ -11,10 +11,24 @@ namespace {
 
 using std::chrono::milliseconds;
 
-std::string seenKey(Role role, int rank) { return fmt::format("afd/seen/{}/{}", roleName(role), rank); }
-std::string blobKey(Role role, int rank, std::string_view key) {
-    return fmt::format("afd/blob/{}/{}/{}", roleName(role), rank, key);
-}
+// How often an idle rank looks whether the session it waits in is still the open one.
+constexpr milliseconds kIdleCheckInterval(1000);
+
+// The wait of one store get within the slice that ends at `end` (kNoDeadline: the longest the store waits).
+milliseconds sliceWait(Deadline end) { return end == kNoDeadline ? milliseconds(kMaxStoreWaitMs) : timeLeft(end); }
+
+// Runs `f` when it goes out of scope.
+template <typename F>
+class OnExit {
+public:
+    explicit OnExit(F f) : f_(std::move(f)) {}
+    ~OnExit() { f_(); }
+    OnExit(const OnExit&) = delete;
+    OnExit& operator=(const OnExit&) = delete;
+
+private:
+    F f_;
+};
 
 bool isBlobKeyChar(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
@@ -101,6 +115,75 @@ core::Status awaitRankKeys(StoreClient& store, const std::vector<RankId>& ranks,
     return core::Status::ok();
 }
 
+// The leader: the session open on the store (1, stored, on a new one).
+core::Result<uint64_t> openSession(StoreClient& store, std::string_view where) {
+    core::Result<std::string> open = store.get(kOpenSessionKey, milliseconds(0));
+    if (open.isOk()) return decodeSessionNumber(*open, where);
+    if (open.status().code() != core::StatusCode::kTimeout) return open.status().withContext(where);
+    AFD_RETURN_IF_ERROR(store.set(kOpenSessionKey, encodeSessionNumber(1)));
+    return uint64_t{1};
+}
+
+// Every other rank: the session the leader has open, waiting (until `deadline`) for the leader to open its first.
+core::Result<uint64_t> awaitOpenSession(StoreClient& store, std::string_view self_name, std::string_view where,
+                                        Clock::time_point start, Deadline deadline, milliseconds report_interval) {
+    WaitProgress progress(start, deadline, report_interval);
+    while (true) {
+        core::Result<std::string> open = store.get(kOpenSessionKey, sliceWait(progress.sliceEnd()));
+        if (open.isOk()) return decodeSessionNumber(*open, where);
+        if (open.status().code() != core::StatusCode::kTimeout) return open.status().withContext(where);
+        if (Clock::now() >= deadline) {
+            return core::timeoutError("{} timed out after {}: ffn rank 0 never opened a session", where,
+                                      formatDuration(std::chrono::duration_cast<milliseconds>(Clock::now() - start)));
+        }
+        if (progress.reportDue()) {
+            AFD_LOG_INFO("{}: waiting for ffn rank 0 to open a session at {} ({})", self_name,
+                         store.address().toString(), progress.progress());
+        }
+    }
+}
+
+// Once this rank has read the records: waits until every rank of `ranks` has read them too (its seen key of
+// `session` is set) or has left the session (its record is gone with its connection: it needs the store no more), or
+// `deadline`; `unseen` receives the ranks that did neither. Each time a slice of `progress` runs out, report(them).
+template <typename Report>
+core::Status awaitSeen(StoreClient& store, const std::vector<RankId>& ranks, uint64_t session, Deadline deadline,
+                       WaitProgress& progress, Report report, std::vector<RankId>* unseen) {
+    // How long a wait for one rank's seen key lasts before the others, and departures, are looked at again.
+    constexpr milliseconds kRecheck(50);
+    std::vector<RankId> pending = ranks;
+    const auto present = [&](const std::string& key) -> core::Result<bool> {
+        core::Result<std::string> value = store.get(key, milliseconds(0));
+        if (value.isOk()) return true;
+        if (value.status().code() == core::StatusCode::kTimeout) return false;
+        return value.status();
+    };
+    while (true) {
+        for (size_t k = 0; k < pending.size();) {
+            const auto& [role, rank] = pending[k];
+            AFD_ASSIGN_OR_RETURN(const bool seen, present(sessionSeenKey(session, role, rank)));
+            bool done = seen;
+            if (!done) {
+                AFD_ASSIGN_OR_RETURN(const bool registered, present(sessionRankKey(session, role, rank)));
+                done = !registered;
+            }
+            if (done) {
+                pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(k));
+            } else {
+                ++k;
+            }
+        }
+        if (pending.empty() || Clock::now() >= deadline) break;
+        if (progress.reportDue()) report(pending);
+        const auto& [role, rank] = pending.front();
+        core::Result<std::string> seen =
+            store.get(sessionSeenKey(session, role, rank), std::min(kRecheck, timeLeft(progress.sliceEnd())));
+        if (!seen.isOk() && seen.status().code() != core::StatusCode::kTimeout) return seen.status();
+    }
+    *unseen = std::move(pending);
+    return core::Status::ok();
+}
+
 }  // namespace
 
 std::string describeRank(Role role, int rank) { return fmt::format("{} rank {}", roleName(role), rank); }
@@ -139,7 +222,8 @@ core::Status Rendezvous::publishBlob(std::string_view key, std::string_view valu
                                      kMaxBlobsPerRank, key);
     }
     AFD_ASSIGN_OR_RETURN(std::optional<std::string> present,
-                         client_->setIfAbsent(blobKey(self_.role, self_.rank, key), value));
+                         client_->setIfAbsent(sessionBlobKey(self_.session, self_.role, self_.rank, key), value,
+                                              KeyLifetime::kConnection));
     if (present) {
         return core::mismatch("{}: blob '{}' of {} is published already; two processes claim the same rank", where, key,
                               self_name);
@@ -162,7 +246,8 @@ core::Result<std::string> Rendezvous::fetch(Role role, int rank, std::string_vie
     const Deadline deadline = deadlineAfter(timeout);
     WaitProgress progress(deadline, report_interval_);
     while (true) {
-        core::Result<std::string> value = client_->get(blobKey(role, rank, key), timeLeft(progress.sliceEnd()));
+        core::Result<std::string> value =
+            client_->get(sessionBlobKey(self_.session, role, rank, key), timeLeft(progress.sliceEnd()));
         if (value.isOk()) return value;
         if (value.status().code() != core::StatusCode::kTimeout) return value.status().withContext(where);
         if (Clock::now() >= deadline) {
@@ -176,18 +261,54 @@ core::Result<std::string> Rendezvous::fetch(Role role, int rank, std::string_vie
     }
 }
 
+core::Status Rendezvous::awaitAttention(const RendezvousOptions& options, bool* moved) {
+    const std::string where = fmt::format("rendezvous at {}", store_address_);
+    const std::string self_name = describeRank(self_.role, self_.rank);
+    const std::string key = sessionRankKey(self_.session, Role::kAttention, 0);
+    WaitProgress progress(kNoDeadline, options.idle_report_interval);
+    while (true) {
+        const milliseconds wait = std::min(kIdleCheckInterval, sliceWait(progress.sliceEnd()));
+        core::Result<std::string> record = client_->get(key, wait);
+        if (record.isOk()) return core::Status::ok();
+        if (record.status().code() != core::StatusCode::kTimeout) return record.status().withContext(where);
+        AFD_ASSIGN_OR_RETURN(const std::string open, client_->get(kOpenSessionKey, milliseconds(0)));
+        AFD_ASSIGN_OR_RETURN(const uint64_t open_session, decodeSessionNumber(open, where));
+        if (open_session != self_.session) {
+            AFD_LOG_INFO("{}: {} leaves session {}, which closed before attention rank 0 came, for session {}", where,
+                         self_name, self_.session, open_session);
+            *moved = true;
+            return core::Status::ok();
+        }
+        if (progress.reportDue()) {
+            AFD_LOG_INFO("{}: {} waiting for a session: attention rank 0 has not registered in session {} at {} ({})",
+                         where, self_name, self_.session, store_address_, progress.progress());
+        }
+    }
+}
+
 core::Result<std::unique_ptr<Rendezvous>> Rendezvous::join(const RendezvousOptions& options, RankRecord self,
                                                            std::vector<RendezvousBlob> blobs) {
-    const std::string where = fmt::format("rendezvous at {}", options.store.toString());
     for (const RendezvousBlob& blob : blobs) AFD_RETURN_IF_ERROR(checkBlobKey(blob.key));
-    const Clock::time_point start = Clock::now();
-    const Deadline deadline = deadlineAfter(options.timeout);
+    while (true) {
+        bool moved = false;
+        core::Result<std::unique_ptr<Rendezvous>> joined = joinSession(options, self, blobs, &moved);
+        if (!moved) return joined;
+    }
+}
+
+core::Result<std::unique_ptr<Rendezvous>> Rendezvous::joinSession(const RendezvousOptions& options, RankRecord self,
+                                                                  const std::vector<RendezvousBlob>& blobs,
+                                                                  bool* moved) {
+    const std::string where = fmt::format("rendezvous at {}", options.store.toString());
+    const bool idle = options.session.idle_until_attention;
+    // An idle rank has no deadline until attention rank 0 arrives; the timeout counts from then.
+    Clock::time_point start = Clock::now();
+    Deadline deadline = idle ? kNoDeadline : deadlineAfter(options.timeout);
     std::unique_ptr<Rendezvous> rv(new Rendezvous());
     rv->store_address_ = options.store.toString();
     rv->num_attention_ranks_ = options.num_attention_ranks;
     rv->num_ffn_ranks_ = options.num_ffn_ranks;
     rv->report_interval_ = options.report_interval;
-    rv->self_ = self;
     if (options.host_store && !options.store_started) {
         AFD_ASSIGN_OR_RETURN(rv->server_, StoreServer::start(options.store.host, options.store.port));
     }
@@ -199,16 +320,52 @@ core::Result<std::unique_ptr<Rendezvous>> Rendezvous::join(const RendezvousOptio
     }
     StoreClient& store = *rv->client_;
     const std::string self_name = describeRank(self.role, self.rank);
-    // Blobs before the record: a peer that has read the record finds them.
-    for (const RendezvousBlob& blob : blobs) AFD_RETURN_IF_ERROR(rv->publishBlob(blob.key, blob.value, where));
-    AFD_ASSIGN_OR_RETURN(std::optional<std::string> present,
-                         store.setIfAbsent(rankRecordKey(self.role, self.rank), encodeRankRecord(self)));
+    // The claim, before any session: a second live process with this rank fails here, whatever the sessions.
+    self.session = 0;
+    AFD_ASSIGN_OR_RETURN(
+        std::optional<std::string> present,
+        store.setIfAbsent(rankRecordKey(self.role, self.rank), encodeRankRecord(self), KeyLifetime::kConnection));
     if (present) {
         return core::mismatch("{}: {} is registered already (record {}); two processes claim the same rank", where,
                               self_name, *present);
     }
-    AFD_LOG_INFO("{}: registered as {}, waiting for {} attention and {} ffn ranks", where, self_name,
-                 options.num_attention_ranks, options.num_ffn_ranks);
+    if (options.host_store) {
+        AFD_ASSIGN_OR_RETURN(self.session, openSession(store, where));
+    } else {
+        AFD_ASSIGN_OR_RETURN(self.session,
+                             awaitOpenSession(store, self_name, where, start, deadline,
+                                              idle ? options.idle_report_interval : options.report_interval));
+    }
+    const uint64_t session = self.session;
+    rv->self_ = self;
+    if (options.session.on_session) options.session.on_session(session);
+    // However this join ends, the leader opens the next session: ranks that come from now on register there.
+    const OnExit open_next([&] {
+        // Cancelled: the rank is stopping, and its store with it.
+        if (!options.host_store || (options.cancel != nullptr && options.cancel->cancelled())) return;
+        const core::Status opened = store.set(kOpenSessionKey, encodeSessionNumber(session + 1));
+        if (!opened.isOk() && opened.code() != core::StatusCode::kCancelled) {
+            AFD_LOG_WARN("{}: opening session {}: {}", where, session + 1, opened.message());
+        }
+    });
+    // Blobs before the record: a peer that has read the record finds them.
+    for (const RendezvousBlob& blob : blobs) AFD_RETURN_IF_ERROR(rv->publishBlob(blob.key, blob.value, where));
+    AFD_ASSIGN_OR_RETURN(present, store.setIfAbsent(sessionRankKey(session, self.role, self.rank),
+                                                    encodeRankRecord(self), KeyLifetime::kConnection));
+    if (present) {
+        return core::mismatch(
+            "{}: {} is registered in session {} already (record {}); two processes claim the same "
+            "rank",
+            where, self_name, session, *present);
+    }
+    AFD_LOG_INFO("{}: registered as {} in session {}, waiting for {} attention and {} ffn ranks", where, self_name,
+                 session, options.num_attention_ranks, options.num_ffn_ranks);
+    if (idle && !(self.role == Role::kAttention && self.rank == 0)) {
+        AFD_RETURN_IF_ERROR(rv->awaitAttention(options, moved));
+        if (*moved) return core::Status(core::StatusCode::kCancelled, fmt::format("{}: session closed", where));
+        start = Clock::now();
+        deadline = deadlineAfter(options.timeout);
+    }
 
     // Wait for every rank, FFN ranks first; after the deadline, list everyone still missing.
     std::vector<RankId> expected;
@@ -222,7 +379,8 @@ core::Result<std::unique_ptr<Rendezvous>> Rendezvous::join(const RendezvousOptio
     {
         WaitProgress progress(start, deadline, options.report_interval);
         const core::Status waited = awaitRankKeys(
-            store, expected, [](const RankId& r) { return rankRecordKey(r.first, r.second); }, deadline, progress,
+            store, expected, [session](const RankId& r) { return sessionRankKey(session, r.first, r.second); },
+            deadline, progress,
             [&](const std::vector<RankId>& still) {
                 AFD_LOG_INFO("{}: waiting for {} to register at {} ({})", self_name, awaited(still), rv->store_address_,
                              progress.progress());
@@ -241,22 +399,29 @@ core::Result<std::unique_ptr<Rendezvous>> Rendezvous::join(const RendezvousOptio
     for (size_t i = 0; i < expected.size(); ++i) {
         AFD_ASSIGN_OR_RETURN(RankRecord record,
                              decodeRankRecord(texts[i], expected[i].first, expected[i].second, where));
+        if (record.session != session) {
+            return core::corrupt("{}: the record of {} in session {} names session {}", where,
+                                 describeRank(record.role, record.rank), session, record.session);
+        }
         all.push_back(std::move(record));
     }
-    AFD_RETURN_IF_ERROR(store.set(seenKey(self.role, self.rank), "1"));
+    AFD_RETURN_IF_ERROR(store.set(sessionSeenKey(session, self.role, self.rank), "1", KeyLifetime::kConnection));
 
     const core::Status compared = comparePeers(self, all, where);
-    if (options.host_store) {
-        // Serve until everyone has read the records, so that each rank sees the same mismatches as this one.
+    {
+        // Stay until every rank has read the records (or left): each rank's record leaves with its connection, so a
+        // rank that returned at once could take its record away from one still reading, and the host serves the
+        // store for as long as anyone reads. So every rank sees the same mismatches as this one.
         WaitProgress progress(start, deadline, options.report_interval);
-        std::vector<std::string> seen;
         std::vector<RankId> unseen;
-        const core::Status waited = awaitRankKeys(
-            store, expected, [](const RankId& r) { return seenKey(r.first, r.second); }, deadline, progress,
+        const core::Status waited = awaitSeen(
+            store, expected, session, deadline, progress,
             [&](const std::vector<RankId>& still) {
-                AFD_LOG_INFO("{}: waiting for {} to read the records ({})", where, awaited(still), progress.progress());
+                AFD_LOG_INFO("{}: {} waiting for {} to read the records ({})", where, self_name, awaited(still),
+                             progress.progress());
             },
-            &seen, &unseen);
+            &unseen);
+        if (waited.code() == core::StatusCode::kCancelled) return waited.withContext(where);
         if (!waited.isOk()) {
             AFD_LOG_WARN("{}: waiting for every rank to read the records: {}", where, waited.message());
         } else if (!unseen.empty()) {
@@ -269,7 +434,7 @@ core::Result<std::unique_ptr<Rendezvous>> Rendezvous::join(const RendezvousOptio
     for (RankRecord& record : all) {
         (record.role == Role::kAttention ? rv->attention_ : rv->ffn_).push_back(std::move(record));
     }
-    AFD_LOG_INFO("{}: all {} ranks registered", where, rv->attention_.size() + rv->ffn_.size());
+    AFD_LOG_INFO("{}: all {} ranks registered in session {}", where, rv->attention_.size() + rv->ffn_.size(), session);
     return rv;
 }
 

@@ -7,6 +7,11 @@
 // data listener's address, cuda_ipc its IPC handles, nccl (on one rank) the unique id. Blob keys are
 // "<connector>/<name>" (kMaxBlobKeyBytes, letters, digits and "_-./"), values up to kMaxBlobValueBytes, at most
 // kMaxBlobsPerRank per rank, each published once; every rank reads any rank's blob by (role, rank, key).
+//
+// Sessions (rendezvous_session.h): a rank first claims its rank on the store for as long as its connection lives (a
+// second live process claiming it fails at once), then registers in the session the store's host has open; records
+// and blobs are the session's, and live as long as the connection of the rank that set them. The Rendezvous object
+// holds that connection: a connector keeps it for its whole life.
 #pragma once
 
 #include <chrono>
@@ -19,6 +24,7 @@
 
 #include "core/status.h"
 #include "transport/rendezvous_record.h"
+#include "transport/rendezvous_session.h"
 #include "transport/rendezvous_store.h"
 #include "transport/role.h"
 #include "transport/socket.h"
@@ -57,19 +63,24 @@ struct RendezvousOptions {
     // awaited; 0: never.
     std::chrono::milliseconds report_interval = kWaitReportInterval;
     const Canceller* cancel = nullptr;  // may be null; must outlive the Rendezvous
+    SessionOptions session;
+    // While a rank with session.idle_until_attention waits for attention rank 0, one INFO line this often; 0: never.
+    std::chrono::milliseconds idle_report_interval{60000};
 };
 
 class Rendezvous {
 public:
-    // Hosts the store when asked, connects to it (retrying until the timeout), publishes `blobs` (so that they
-    // are readable once the record is), registers `self`, waits for everyone, checks versions and fingerprints.
+    // Hosts the store when asked, connects to it (retrying until the timeout), claims self's rank, joins a session
+    // (the hosting rank opens it), publishes `blobs` (so that they are readable once the record is), registers
+    // `self` (its session set to the one joined), waits for everyone, checks versions and fingerprints.
     // Every report_interval of waiting logs who is still awaited: "waiting for ffn ranks 0, 1 (of 2) to register at
     // <store> (5 s of 120 s)".
     // Errors: kInvalidArgument for a blob that breaks the rules; kTimeout naming the ranks that never
-    // registered; kMismatch naming who holds which version or fingerprint, or a rank registered twice; kCorrupt
-    // for a record that does not parse. The hosting rank keeps the store up until every rank has read the
-    // records (bounded by the timeout), so that a mismatch is reported on both sides; after that, for as long as
-    // its Rendezvous lives.
+    // registered; kMismatch naming who holds which version or fingerprint, or a rank claimed by a live process
+    // already; kCorrupt for a record that does not parse or names another session; kCancelled through `cancel`.
+    // Every rank, the hosting one too, stays until every other rank has read the records or left (bounded by the
+    // timeout), so that a mismatch is reported on every side and no record leaves before its peers have read it;
+    // the hosting rank keeps the store up after that for as long as its Rendezvous lives.
     static core::Result<std::unique_ptr<Rendezvous>> join(const RendezvousOptions& options, RankRecord self,
                                                           std::vector<RendezvousBlob> blobs = {});
     ~Rendezvous();
@@ -77,6 +88,8 @@ public:
     Rendezvous& operator=(const Rendezvous&) = delete;
 
     const RankRecord& self() const { return self_; }
+    // The session joined (self().session).
+    uint64_t session() const { return self_.session; }
     // Every registered rank of `role`, indexed by rank.
     const std::vector<RankRecord>& ranks(Role role) const { return role == Role::kAttention ? attention_ : ffn_; }
     const std::string& storeAddress() const { return store_address_; }
@@ -92,6 +105,12 @@ public:
 
 private:
     Rendezvous() = default;
+    // One attempt; *moved when the session closed before attention rank 0 came (idle_until_attention): join again.
+    static core::Result<std::unique_ptr<Rendezvous>> joinSession(const RendezvousOptions& options, RankRecord self,
+                                                                 const std::vector<RendezvousBlob>& blobs, bool* moved);
+    // Idle: waits, without a deadline, until attention rank 0 registers in the session (ok), or the open session is
+    // another (ok, *moved), or an error (kCancelled through the canceller).
+    core::Status awaitAttention(const RendezvousOptions& options, bool* moved);
     core::Status publishBlob(std::string_view key, std::string_view value, std::string_view where);
 
     std::unique_ptr<StoreServer> server_;  // NOTE: declared before client_: the client closes first

@@ -15,6 +15,7 @@ std::string encodeRankRecord(const RankRecord& record) {
                         {"rank", record.rank},
                         {"protocol_version", record.protocol_version},
                         {"fingerprint", record.fingerprint}};
+    if (record.session != 0) j["session"] = record.session;
     return j.dump();
 }
 
@@ -30,6 +31,7 @@ core::Result<RankRecord> decodeRankRecord(std::string_view text, Role role, int 
     const nlohmann::json* rank_field = field("rank");
     const nlohmann::json* version = field("protocol_version");
     const nlohmann::json* fingerprint = field("fingerprint");
+    const nlohmann::json* session = field("session");
     if (!role_field || !role_field->is_string() || !rank_field || !rank_field->is_number_integer() || !version ||
         !version->is_number_unsigned() || !fingerprint || !fingerprint->is_string()) {
         return core::corrupt("{}: record '{}' lacks role, rank, protocol_version or fingerprint: {}", where, key, text);
@@ -38,6 +40,12 @@ core::Result<RankRecord> decodeRankRecord(std::string_view text, Role role, int 
     if (version->get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
         return core::corrupt("{}: record '{}' has protocol_version {}, beyond 32 bits", where, key,
                              version->get<uint64_t>());
+    }
+    // NOTE: nlohmann reads integers up to 2^64 - 1 as unsigned and refuses larger ones, so an unsigned session is
+    // exact.
+    if (session != nullptr && !session->is_number_unsigned()) {
+        return core::corrupt("{}: record '{}' has a session that is not an unsigned 64-bit integer: {}", where, key,
+                             text);
     }
     if (parseRole(role_field->get<std::string>()) != role || rank_field->get<int64_t>() != rank) {
         return core::corrupt("{}: record '{}' names {} rank {}", where, key, role_field->get<std::string>(),
@@ -48,6 +56,7 @@ core::Result<RankRecord> decodeRankRecord(std::string_view text, Role role, int 
     record.rank = rank;
     record.protocol_version = static_cast<uint32_t>(version->get<uint64_t>());
     record.fingerprint = fingerprint->get<std::string>();
+    record.session = session != nullptr ? session->get<uint64_t>() : 0;
     return record;
 }
 

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/logging.h"
@@ -18,6 +19,8 @@ using std::chrono::milliseconds;
 
 // How long a client waits for a reply beyond the server-side wait it asked for.
 constexpr milliseconds kReplySlack(10000);
+
+uint8_t ownedFlag(KeyLifetime lifetime) { return lifetime == KeyLifetime::kConnection ? kStoreFlagOwned : 0; }
 
 }  // namespace
 
@@ -32,6 +35,7 @@ public:
 
 private:
     struct Client {
+        uint64_t id = 0;
         core::UniqueFd fd;
         std::string name;
         std::vector<uint8_t> in;
@@ -41,6 +45,12 @@ private:
         std::string wait_key;
         Clock::time_point wait_deadline;
         bool closed = false;
+        // Keys this client set with KeyLifetime::kConnection; those it still owns go when it does.
+        std::unordered_set<std::string> owned;
+    };
+    struct Entry {
+        std::string value;
+        uint64_t owner = 0;  // the Client::id whose connection the key lives with; 0: the store's
     };
 
     core::Status step(const Canceller& wake, bool* stopped);
@@ -57,7 +67,8 @@ private:
     core::UniqueFd listener_;
     std::string address_;
     std::vector<std::unique_ptr<Client>> clients_;
-    std::unordered_map<std::string, std::string> data_;
+    uint64_t next_client_id_ = 1;
+    std::unordered_map<std::string, Entry> data_;
     std::vector<pollfd> pollfds_;
 };
 
@@ -129,6 +140,7 @@ void StoreServer::Loop::acceptClients() {
             return;
         }
         auto client = std::make_unique<Client>();
+        client->id = next_client_id_++;
         client->name = peerAddress(fd->get());
         client->fd = std::move(*fd);
         clients_.push_back(std::move(client));
@@ -184,20 +196,27 @@ bool StoreServer::Loop::handleRequests(Client& c) {
         if (request.op == kStoreOpSet) {
             auto it = data_.find(key);
             if (it != data_.end() && (request.flags & kStoreFlagExclusive)) {
-                reply(c, kStoreReplyExists, it->second);
+                reply(c, kStoreReplyExists, it->second.value);
                 continue;
             }
             if (it == data_.end() && data_.size() >= kMaxStoreKeys) {
                 dropClient(c, fmt::format("the store holds {} keys already", kMaxStoreKeys));
                 break;
             }
-            data_[key] = std::move(request.value);
+            // NOTE: a previous owner's `owned` set may still name the key; dropClient checks the owner before erasing.
+            Entry& entry = data_[key];
+            entry.value = std::move(request.value);
+            entry.owner = 0;
+            if (request.flags & kStoreFlagOwned) {
+                entry.owner = c.id;
+                c.owned.insert(key);
+            }
             reply(c, kStoreReplyOk, {});
             wakeWaiters(key);
         } else {  // a get
             auto it = data_.find(key);
             if (it != data_.end()) {
-                reply(c, kStoreReplyOk, it->second);
+                reply(c, kStoreReplyOk, it->second.value);
             } else if (request.timeout_ms == 0) {
                 reply(c, kStoreReplyNotFound, {});
             } else {
@@ -217,14 +236,23 @@ void StoreServer::Loop::reply(Client& c, uint8_t code, std::string_view value) {
 
 void StoreServer::Loop::dropClient(Client& c, std::string_view why) {
     if (c.closed) return;
-    AFD_LOG_DEBUG("rendezvous store at {}: dropping client {}: {}", address_, c.name, why);
+    size_t dropped_keys = 0;
+    for (const std::string& key : c.owned) {
+        auto it = data_.find(key);
+        if (it == data_.end() || it->second.owner != c.id) continue;
+        data_.erase(it);
+        ++dropped_keys;
+    }
+    c.owned.clear();
+    AFD_LOG_DEBUG("rendezvous store at {}: dropping client {} and the {} key(s) it owned: {}", address_, c.name,
+                  dropped_keys, why);
     c.closed = true;
     c.waiting = false;
     c.fd.reset();
 }
 
 void StoreServer::Loop::wakeWaiters(const std::string& key) {
-    const std::string& value = data_.at(key);
+    const std::string& value = data_.at(key).value;
     for (auto& c : clients_) {
         if (c->closed || !c->waiting || c->wait_key != key) continue;
         c->waiting = false;
@@ -309,8 +337,8 @@ core::Result<StoreReply> StoreClient::call(uint8_t op, uint8_t flags, std::strin
     return reply;
 }
 
-core::Status StoreClient::set(std::string_view key, std::string_view value) {
-    AFD_ASSIGN_OR_RETURN(StoreReply reply, call(kStoreOpSet, 0, key, value, milliseconds(0)));
+core::Status StoreClient::set(std::string_view key, std::string_view value, KeyLifetime lifetime) {
+    AFD_ASSIGN_OR_RETURN(StoreReply reply, call(kStoreOpSet, ownedFlag(lifetime), key, value, milliseconds(0)));
     if (reply.code != kStoreReplyOk) {
         return core::corrupt("rendezvous store at {}: unexpected reply {} to set '{}'", address_.toString(), reply.code,
                              key);
@@ -318,8 +346,10 @@ core::Status StoreClient::set(std::string_view key, std::string_view value) {
     return core::Status::ok();
 }
 
-core::Result<std::optional<std::string>> StoreClient::setIfAbsent(std::string_view key, std::string_view value) {
-    AFD_ASSIGN_OR_RETURN(StoreReply reply, call(kStoreOpSet, kStoreFlagExclusive, key, value, milliseconds(0)));
+core::Result<std::optional<std::string>> StoreClient::setIfAbsent(std::string_view key, std::string_view value,
+                                                                  KeyLifetime lifetime) {
+    AFD_ASSIGN_OR_RETURN(StoreReply reply,
+                         call(kStoreOpSet, kStoreFlagExclusive | ownedFlag(lifetime), key, value, milliseconds(0)));
     if (reply.code == kStoreReplyOk) return std::optional<std::string>();
     if (reply.code == kStoreReplyExists) return std::optional<std::string>(std::move(reply.value));
     return core::corrupt("rendezvous store at {}: unexpected reply {} to set '{}'", address_.toString(), reply.code,

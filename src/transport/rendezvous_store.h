@@ -3,6 +3,10 @@
 //
 // Wire: rendezvous_store_wire.h. Keys are 1..kMaxStoreKeyBytes, values up to kMaxStoreValueBytes; a malformed or
 // oversized request closes that client only.
+//
+// A key lives until the store stops, or (KeyLifetime::kConnection) until the connection that set it last closes: a
+// rank's record goes when the rank does (its process exits, is killed, or closes its client), so that the rank can
+// be claimed again while a live claim stays exclusive. Setting a key again hands it to the new setter's lifetime.
 #pragma once
 
 #include <chrono>
@@ -21,6 +25,8 @@ namespace afd::transport {
 
 inline constexpr size_t kMaxStoreKeys = 4096;
 inline constexpr size_t kMaxStoreClients = 1024;
+
+enum class KeyLifetime { kStore, kConnection };
 
 // The server: one thread polls the listener and every client. Thread-safe to construct and destroy from any
 // thread; the destructor stops and joins the thread (bounded: it only waits for the poll loop to notice).
@@ -61,9 +67,10 @@ public:
     StoreClient& operator=(const StoreClient&) = delete;
 
     // Stores `value` under `key`, replacing any value.
-    core::Status set(std::string_view key, std::string_view value);
+    core::Status set(std::string_view key, std::string_view value, KeyLifetime lifetime = KeyLifetime::kStore);
     // Stores `value` unless `key` holds a value already; returns nullopt when stored, else the present value.
-    core::Result<std::optional<std::string>> setIfAbsent(std::string_view key, std::string_view value);
+    core::Result<std::optional<std::string>> setIfAbsent(std::string_view key, std::string_view value,
+                                                         KeyLifetime lifetime = KeyLifetime::kStore);
     // The value of `key`, waiting up to `timeout` for some rank to set it; kTimeout when it stays unset.
     core::Result<std::string> get(std::string_view key, std::chrono::milliseconds timeout);
 

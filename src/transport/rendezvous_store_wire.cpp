@@ -14,7 +14,7 @@ uint32_t getU32(const uint8_t* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (
 
 // Whether the protocol has a request of this op, flags and value.
 bool isKnownRequest(uint8_t op, uint8_t flags, size_t value_bytes) {
-    if (op == kStoreOpSet) return (flags & ~kStoreFlagExclusive) == 0;
+    if (op == kStoreOpSet) return (flags & ~(kStoreFlagExclusive | kStoreFlagOwned)) == 0;
     if (op == kStoreOpGet) return flags == 0 && value_bytes == 0;
     return false;
 }

@@ -3,8 +3,9 @@
 // can be fuzzed.
 //
 // Little-endian. A request is u32 body length, then op u8, flags u8, key length u16, timeout ms u32, key, value; a
-// reply is u32 body length, then code u8, value. The ops: set (flags 0, or kStoreFlagExclusive: store only when
-// absent) and get (flags 0, no value; the timeout is how long the server waits for the key, 0: answer now).
+// reply is u32 body length, then code u8, value. The ops: set (flags: kStoreFlagExclusive, store only when absent;
+// kStoreFlagOwned, the key lives only as long as the connection that set it) and get (flags 0, no value; the timeout
+// is how long the server waits for the key, 0: answer now).
 #pragma once
 
 #include <cstddef>
@@ -24,6 +25,7 @@ inline constexpr size_t kMaxStoreValueBytes = 64 * 1024;
 inline constexpr uint8_t kStoreOpSet = 1;
 inline constexpr uint8_t kStoreOpGet = 2;
 inline constexpr uint8_t kStoreFlagExclusive = 1;
+inline constexpr uint8_t kStoreFlagOwned = 2;
 
 inline constexpr uint8_t kStoreReplyOk = 0;
 inline constexpr uint8_t kStoreReplyNotFound = 1;  // a get whose wait ran out

@@ -123,8 +123,12 @@ TEST(ExitCodes, FfnRunTimeFailureBadInputAndRendezvousTimeout) {
     expectCode(ffn(modelWithTruncatedShard(c), afdConfig(freePort())), 1, "model-00002-of-00003.safetensors",
                "truncated shard");
     for (const BadModel& m : badModels(a, b)) expectCode(ffn(m.dir, afdConfig(freePort())), 2, m.needle, m.what);
-    // FFN rank 0 whose attention rank never comes: the same code as on the attention side.
-    expectCode(ffn(kTiny, afdConfig(freePort(), 1)), 3, "attention rank 0", "rendezvous timeout");
+    // FFN rank 0 of one session whose attention rank never comes: the same code as on the attention side. (A pool,
+    // --serve-sessions forever, waits for it until stopped.)
+    expectCode(afd({"ffn", kTiny, "--additional-config", afdConfig(freePort(), 1), "--admin-port", "-1",
+                    "--serve-sessions", "once"},
+                   tmp.path(), env),
+               3, "attention rank 0", "rendezvous timeout");
 }
 
 TEST(ExitCodes, LaunchValidatesTheModelBeforeStartingAnyRankAndLeavesNoRunDirectory) {

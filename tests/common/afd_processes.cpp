@@ -26,7 +26,8 @@ std::string readText(const std::string& path) {
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-FfnProcess startFfn(const std::string& dir, const std::string& model, const std::string& config, int rank, int world) {
+FfnProcess startFfn(const std::string& dir, const std::string& model, const std::string& config, int rank, int world,
+                    const std::vector<std::string>& extra_args) {
     FfnProcess f;
     f.log_path = fmt::format("{}/ffn{}.log", dir, rank);
     f.status_path = fmt::format("{}/ffn{}.status.json", dir, rank);
@@ -34,6 +35,7 @@ FfnProcess startFfn(const std::string& dir, const std::string& model, const std:
     core::ChildProcess::Spec spec;
     spec.argv = {AFD_BINARY,          "ffn",       model,           "--additional-config", config, "--admin-port", "0",
                  "--admin-port-file", f.port_path, "--status-file", f.status_path};
+    spec.argv.insert(spec.argv.end(), extra_args.begin(), extra_args.end());
     spec.env = {{"RANK", std::to_string(rank)},
                 {"WORLD_SIZE", std::to_string(world)},
                 {"LOCAL_RANK", std::to_string(rank)},

@@ -24,8 +24,11 @@ struct FfnProcess {
     int admin_port = 0;
 };
 
-// Starts `afd ffn` rank `rank` of `world` with the config; logs and files go under `dir`.
-FfnProcess startFfn(const std::string& dir, const std::string& model, const std::string& config, int rank, int world);
+// Starts `afd ffn` rank `rank` of `world` with the config and `extra_args`; logs and files go under `dir`.
+FfnProcess startFfn(const std::string& dir, const std::string& model, const std::string& config, int rank, int world,
+                    const std::vector<std::string>& extra_args = {});
+// `afd ffn` flags of a rank whose life is one session (it then waits to be stopped; a failed session ends it).
+inline const std::vector<std::string> kOneSession = {"--serve-sessions", "once"};
 // Waits for the admin port file; 0 when the process exits or the wait times out.
 int waitAdminPort(FfnProcess& ffn, std::chrono::milliseconds timeout = std::chrono::seconds(30));
 

@@ -95,7 +95,8 @@ void runBothRoles(bool ffn_first) {
     std::vector<testing::FfnProcess> ffn;
     std::vector<testing::AttentionProcess> attention;
     auto startFfns = [&] {
-        for (int k = 0; k < 2; ++k) ffn.push_back(testing::startFfn(dir.path(), kTiny, cfg, k, 2));
+        for (int k = 0; k < 2; ++k)
+            ffn.push_back(testing::startFfn(dir.path(), kTiny, cfg, k, 2, testing::kOneSession));
     };
     auto startAttention = [&] {
         attention.push_back(testing::startAttention(dir.path(), kTiny, cfg, 0, {kFixturePrompt}, 12));
@@ -116,7 +117,7 @@ void runBothRoles(bool ffn_first) {
         auto& f = ffn[k];
         ASSERT_GT(testing::waitAdminPort(f), 0);
         // The session is over but the rank serves its admin endpoints until stopped.
-        EXPECT_EQ(testing::httpGet(f.admin_port, "/health").value_or(""), "ok\n");
+        EXPECT_EQ(testing::httpGet(f.admin_port, "/health").value_or(""), "ok session_ended\n");
         EXPECT_EQ(testing::httpGet(f.admin_port, "/ready").value_or(""), "session_ended\n");
         const json status = json::parse(testing::httpGet(f.admin_port, "/status").value_or("{}"));
         EXPECT_EQ(status["role"], "ffn");
@@ -165,7 +166,7 @@ TEST(AfdFailures, FfnKilledMidGenerationFailsEveryAttentionRank) {
     TempDir dir;
     const std::string cfg = afdConfigJson(2, 2, true, freePort());
     std::vector<testing::FfnProcess> ffn;
-    for (int k = 0; k < 2; ++k) ffn.push_back(testing::startFfn(dir.path(), kTiny, cfg, k, 2));
+    for (int k = 0; k < 2; ++k) ffn.push_back(testing::startFfn(dir.path(), kTiny, cfg, k, 2, testing::kOneSession));
     for (auto& f : ffn) ASSERT_GT(testing::waitAdminPort(f), 0);
     std::vector<testing::AttentionProcess> attention;
     for (int a = 0; a < 2; ++a) {
@@ -182,17 +183,17 @@ TEST(AfdFailures, FfnKilledMidGenerationFailsEveryAttentionRank) {
         EXPECT_NE(log.find("ffn rank 1"), std::string::npos) << log;
     }
     EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 10s);
-    // The surviving FFN rank loses its attention peers and exits non-zero too.
+    // The surviving FFN rank (one session) loses its attention peers and exits non-zero too.
     const auto code = ffn[0].process.wait(10s);
     ASSERT_TRUE(code.has_value());
     EXPECT_NE(*code, 0);
 }
 
-TEST(AfdFailures, AttentionKilledEndsFfnRanksWithPeerLost) {
+TEST(AfdFailures, AttentionKilledEndsOneSessionFfnRanksWithPeerLost) {
     TempDir dir;
     const std::string cfg = afdConfigJson(1, 2, true, freePort());
     std::vector<testing::FfnProcess> ffn;
-    for (int k = 0; k < 2; ++k) ffn.push_back(testing::startFfn(dir.path(), kTiny, cfg, k, 2));
+    for (int k = 0; k < 2; ++k) ffn.push_back(testing::startFfn(dir.path(), kTiny, cfg, k, 2, testing::kOneSession));
     for (auto& f : ffn) ASSERT_GT(testing::waitAdminPort(f), 0);
     auto attention = testing::startAttention(dir.path(), kTiny, cfg, 0, {kFixturePrompt}, 4000, kLongRun);
     waitServing(ffn[0].admin_port);
@@ -225,7 +226,7 @@ TEST(AfdFailures, MismatchedModelsFailTheHandshakeOnBothSides) {
     const std::string other = dir.path() + "/other";
     ASSERT_EQ(testing::runProcess({AFD_BINARY, "gen-model", "--preset", "tiny", "--out", other}).exit_code, 0);
     const std::string cfg = afdConfigJson(1, 1, true, freePort());
-    auto ffn = testing::startFfn(dir.path(), kTiny, cfg, 0, 1);
+    auto ffn = testing::startFfn(dir.path(), kTiny, cfg, 0, 1, testing::kOneSession);
     auto attention = testing::startAttention(dir.path(), other, cfg, 0, {"1,2,3"}, 4);
     const auto a_code = attention.process.wait(40s);
     const auto f_code = ffn.process.wait(40s);

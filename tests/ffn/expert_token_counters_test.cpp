@@ -45,6 +45,21 @@ TEST(ExpertTokenCounters, AddTotalsTakesOnlyWhatIsNew) {
     EXPECT_THROW(counters.addTotals(std::vector<uint64_t>{1}), core::Error);
 }
 
+TEST(ExpertTokenCounters, ALaterOwnerOfTheSameSeriesDoesNotCountEarlierTotalsAgain) {
+    // One compute's totals count from its start; the FFN service makes new counters (a new runner) per session.
+    core::MetricsRegistry metrics;
+    {
+        ExpertTokenCounters first_session(metrics, 0, 2);
+        first_session.addTotals(std::vector<uint64_t>{5, 1});
+    }
+    ExpertTokenCounters second_session(metrics, 0, 2);
+    second_session.addTotals(std::vector<uint64_t>{5, 1});  // nothing new since the first session
+    second_session.addTotals(std::vector<uint64_t>{7, 4});
+    const core::PrometheusText m = core::PrometheusText::parse(metrics.render());
+    EXPECT_EQ(m.sum("afd_ffn_expert_tokens_total", {{"expert", "0"}}), 7);
+    EXPECT_EQ(m.sum("afd_ffn_expert_tokens_total", {{"expert", "1"}}), 4);
+}
+
 TEST(CpuFfnCompute, P2pBlockCountsItsRoutingAndMatchesTheReferenceBlock) {
     const std::string dir = std::string(AFD_TEST_DATA) + "/qwen3-moe-tiny/model";
     const model::ModelConfig config = model::ModelConfig::fromFile(dir + "/config.json").value();

@@ -138,9 +138,10 @@ TEST(FfnAdmin, StatusSaysLoadingWithTheLayersDoneWhileTheWeightsLoad) {
             const int64_t done = s["load"]["layers_done"];
             if (layers_done.empty() || layers_done.back() != done) layers_done.push_back(done);
             EXPECT_EQ(testing::httpGet(port, "/ready").value_or(""), "loading\n");
-            EXPECT_EQ(testing::httpGet(port, "/health").value_or(""), "ok\n");
+            EXPECT_EQ(testing::httpGet(port, "/health").value_or(""), "ok loading\n");
         }
-        if (state == "connecting") {
+        // Loaded, a pool (--serve-sessions forever, the default) waits for its first session.
+        if (state == "waiting_for_session") {
             EXPECT_TRUE(s["load"]["done"].get<bool>());
             EXPECT_EQ(s["load"]["layers_done"], 3);
             EXPECT_GT(s["weight_bytes"].get<int64_t>(), 0);
@@ -149,7 +150,7 @@ TEST(FfnAdmin, StatusSaysLoadingWithTheLayersDoneWhileTheWeightsLoad) {
         std::this_thread::sleep_for(20ms);
     }
     ASSERT_FALSE(states.empty());
-    EXPECT_EQ(states.back(), "connecting") << readText(f.log);
+    EXPECT_EQ(states.back(), "waiting_for_session") << readText(f.log);
     EXPECT_NE(std::find(states.begin(), states.end(), "loading"), states.end()) << readText(f.log);
     EXPECT_GE(layers_done.size(), 2u) << "the layers loaded move while loading";
     f.process.signal(SIGTERM);
@@ -185,7 +186,7 @@ TEST(FfnAdmin, OffLoopbackPostStopNeedsTheBearerToken) {
             EXPECT_EQ(refused->status, 401) << refused->body;
         }
         // Reading needs no token; the rank is still up and waiting for its peers.
-        EXPECT_EQ(testing::httpGet(port, "/health").value_or(""), "ok\n");
+        EXPECT_EQ(testing::httpGet(port, "/health").value_or(""), "ok waiting_for_session\n");
         EXPECT_FALSE(f.process.poll().has_value());
         const auto accepted = postStop(port, std::string("s3cret"));
         ASSERT_TRUE(accepted.has_value());

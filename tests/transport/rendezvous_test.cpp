@@ -5,6 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+#include <thread>
+
 #include "transport/frame.h"
 #include "transport/rendezvous_store.h"
 #include "transport/transport_test_util.h"
@@ -142,16 +145,16 @@ TEST(Rendezvous, StoreMayStartBeforeEveryone) {
 
 TEST(Rendezvous, TimeoutNamesEveryRankThatNeverRegistered) {
     const int port = testing::pickFreePort();
-    // Attention rank 0 gives up first, so that it is never left talking to a store that is gone.
+    // Attention rank 0 outlasts the host (a rank that has left takes its record with it); it then loses the store.
     auto a0 =
-        runAsync([port] { return Rendezvous::join(options(port, false, 3, 2, 300ms), record(Role::kAttention, 0)); });
+        runAsync([port] { return Rendezvous::join(options(port, false, 3, 2, 10s), record(Role::kAttention, 0)); });
     auto ffn0 = Rendezvous::join(options(port, true, 3, 2, 500ms), record(Role::kFfn, 0));
     ASSERT_FALSE(ffn0.isOk());
     EXPECT_EQ(ffn0.status().code(), core::StatusCode::kTimeout);
     EXPECT_THAT(ffn0.status().message(),
                 AllOf(HasSubstr(fmt::format("rendezvous at 127.0.0.1:{} timed out after", port)),
                       HasSubstr("ffn rank 1, attention rank 1, attention rank 2 never registered")));
-    EXPECT_EQ(a0.get().status().code(), core::StatusCode::kTimeout);
+    EXPECT_EQ(a0.get().status().code(), core::StatusCode::kPeerLost);
 }
 
 TEST(Rendezvous, FingerprintMismatchIsFatalOnBothSidesWithBothValues) {
@@ -223,6 +226,27 @@ std::vector<std::unique_ptr<Rendezvous>> joinAll(int num_attention, int num_ffn,
         joins.push_back(runAsync([=] {
             return Rendezvous::join(options(port, false, num_attention, num_ffn, 20s), record(Role::kAttention, a),
                                     blobs_of(Role::kAttention, a));
+        }));
+    }
+    std::vector<std::unique_ptr<Rendezvous>> all;
+    for (auto& join : joins) {
+        auto rv = join.get();
+        AFD_CHECK(rv.isOk(), "{}", rv.status().toString());
+        all.push_back(std::move(*rv));
+    }
+    return all;
+}
+
+// Joins FFN rank 0 (it leads, over the store the caller hosts at `port`, which outlives the Rendezvous as the FFN
+// service's does) and attention ranks 0..num_attention-1 of a 1-FFN deployment: [ffn 0, attention 0, …].
+std::vector<std::unique_ptr<Rendezvous>> joinAllAt(int port, int num_attention, int num_ffn) {
+    RendezvousOptions host = options(port, true, num_attention, num_ffn, 20s);
+    host.store_started = true;
+    std::vector<std::future<core::Result<std::unique_ptr<Rendezvous>>>> joins;
+    joins.push_back(runAsync([host] { return Rendezvous::join(host, record(Role::kFfn, 0)); }));
+    for (int a = 0; a < num_attention; ++a) {
+        joins.push_back(runAsync([=] {
+            return Rendezvous::join(options(port, false, num_attention, num_ffn, 20s), record(Role::kAttention, a));
         }));
     }
     std::vector<std::unique_ptr<Rendezvous>> all;
@@ -318,21 +342,193 @@ TEST(RendezvousBlobs, KeysValuesAndCountsAreBounded) {
     expectInvalid(attention.publish("one-more", "v"), fmt::format("at most {} blobs", kMaxBlobsPerRank));
 }
 
-TEST(RendezvousBlobs, ARankClaimedTwiceIsCaughtAtItsFirstBlob) {
+TEST(RendezvousBlobs, ARankClaimedTwiceIsCaughtBeforeItsFirstBlob) {
     auto server = StoreServer::start("127.0.0.1", 0);
     ASSERT_TRUE(server.isOk());
     const int port = (*server)->port();
+    auto client = connectClient(port);
+    ASSERT_TRUE(client->set(kOpenSessionKey, "1").isOk());  // nobody leads: the session is opened by hand
     auto first = runAsync([port] {
         return Rendezvous::join(options(port, false, 1, 2, 1s), record(Role::kFfn, 1), {{"tcp/endpoint", "a:1"}});
     });
-    auto client = connectClient(port);
-    ASSERT_TRUE(client->get("afd/rank/ffn/1", 10s).isOk());
+    ASSERT_TRUE(client->get(sessionRankKey(1, Role::kFfn, 1), 10s).isOk());
     auto second = Rendezvous::join(options(port, false, 1, 2, 1s), record(Role::kFfn, 1), {{"tcp/endpoint", "b:2"}});
     EXPECT_EQ(second.status().code(), core::StatusCode::kMismatch);
     EXPECT_THAT(second.status().message(),
-                HasSubstr("blob 'tcp/endpoint' of ffn rank 1 is published already; two processes claim the same rank"));
-    EXPECT_EQ(client->get("afd/blob/ffn/1/tcp/endpoint", 0ms).value(), "a:1");  // the first claim's value stays
+                HasSubstr("ffn rank 1 is registered already (record {\"fingerprint\":\"fp\""));
+    EXPECT_THAT(second.status().message(), HasSubstr("two processes claim the same rank"));
+    // The first claim's blob stays.
+    EXPECT_EQ(client->get(sessionBlobKey(1, Role::kFfn, 1, "tcp/endpoint"), 0ms).value(), "a:1");
     EXPECT_FALSE(first.get().isOk());
+}
+
+// ---- keys that live with their connection ----
+
+TEST(RendezvousStore, AKeyOwnedByAConnectionGoesWhenItCloses) {
+    auto server = StoreServer::start("127.0.0.1", 0);
+    ASSERT_TRUE(server.isOk());
+    const int port = (*server)->port();
+    auto watcher = connectClient(port);
+    auto owner = connectClient(port);
+    ASSERT_TRUE(owner->set("owned", "1", KeyLifetime::kConnection).isOk());
+    ASSERT_TRUE(owner->set("kept", "2").isOk());
+    // Set owned first, then handed to the store's lifetime by a plain set of another client.
+    ASSERT_TRUE(owner->set("handed", "3", KeyLifetime::kConnection).isOk());
+    ASSERT_TRUE(watcher->set("handed", "4").isOk());
+    EXPECT_EQ(watcher->get("owned", 0ms).value(), "1");
+    owner.reset();
+    // The store notices the close on its next poll; a get that waits briefly for a key set later sees the drop.
+    const auto gone = [&](const std::string& key) {
+        const auto deadline = Clock::now() + 10s;
+        while (Clock::now() < deadline) {
+            if (watcher->get(key, 0ms).status().code() == core::StatusCode::kTimeout) return true;
+            std::this_thread::sleep_for(5ms);
+        }
+        return false;
+    };
+    EXPECT_TRUE(gone("owned"));
+    EXPECT_EQ(watcher->get("kept", 0ms).value(), "2");
+    EXPECT_EQ(watcher->get("handed", 0ms).value(), "4");
+}
+
+TEST(RendezvousStore, AnExclusiveClaimHoldsWhileItsOwnerLivesAndFreesWhenItGoes) {
+    auto server = StoreServer::start("127.0.0.1", 0);
+    ASSERT_TRUE(server.isOk());
+    const int port = (*server)->port();
+    auto holder = connectClient(port);
+    auto rival = connectClient(port);
+    ASSERT_FALSE(holder->setIfAbsent("afd/rank/attention/0", "holder", KeyLifetime::kConnection).value().has_value());
+    // A live claim refuses a second one, and its value names the holder.
+    EXPECT_EQ(rival->setIfAbsent("afd/rank/attention/0", "rival", KeyLifetime::kConnection).value().value_or(""),
+              "holder");
+    // The rival's own failed claim owns nothing: the holder's key survives the rival's close.
+    rival.reset();
+    auto third = connectClient(port);
+    std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(third->get("afd/rank/attention/0", 0ms).value(), "holder");
+    holder.reset();
+    const auto deadline = Clock::now() + 10s;
+    std::optional<std::string> claimed;
+    while (Clock::now() < deadline) {
+        auto got = third->setIfAbsent("afd/rank/attention/0", "third", KeyLifetime::kConnection);
+        ASSERT_TRUE(got.isOk()) << got.status().toString();
+        if (!got->has_value()) {
+            claimed = "third";
+            break;
+        }
+        std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_EQ(claimed.value_or("never"), "third");
+}
+
+// ---- sessions ----
+
+RendezvousOptions idleOptions(int port, bool host, int num_attention, int num_ffn) {
+    RendezvousOptions o = options(port, host, num_attention, num_ffn, 20s);
+    o.session.idle_until_attention = true;
+    return o;
+}
+
+TEST(RendezvousSessions, APoolServesSessionAfterSessionWithFreshNumbers) {
+    const int port = testing::pickFreePort();
+    auto server = StoreServer::start("127.0.0.1", port);
+    ASSERT_TRUE(server.isOk());
+    RendezvousOptions host = idleOptions(port, true, 1, 2);
+    host.store_started = true;
+    for (uint64_t expected = 1; expected <= 3; ++expected) {
+        SCOPED_TRACE(expected);
+        std::vector<uint64_t> announced;
+        RendezvousOptions leader = host;
+        leader.session.on_session = [&announced](uint64_t s) { announced.push_back(s); };
+        auto ffn0 = runAsync([&] { return Rendezvous::join(leader, record(Role::kFfn, 0)); });
+        auto ffn1 = runAsync([&] { return Rendezvous::join(idleOptions(port, false, 1, 2), record(Role::kFfn, 1)); });
+        // Idle: the FFN ranks wait (past what a bounded wait would allow them here) until attention rank 0 comes.
+        EXPECT_EQ(ffn0.wait_for(300ms), std::future_status::timeout);
+        auto a0 = Rendezvous::join(options(port, false, 1, 2, 20s), record(Role::kAttention, 0));
+        ASSERT_TRUE(a0.isOk()) << a0.status().toString();
+        auto f0 = ffn0.get();
+        auto f1 = ffn1.get();
+        ASSERT_TRUE(f0.isOk()) << f0.status().toString();
+        ASSERT_TRUE(f1.isOk()) << f1.status().toString();
+        EXPECT_EQ((*a0)->session(), expected);
+        EXPECT_EQ((*f0)->session(), expected);
+        EXPECT_EQ((*f1)->session(), expected);
+        EXPECT_EQ(announced, (std::vector<uint64_t>{expected}));
+        EXPECT_EQ((*a0)->ranks(Role::kFfn).at(1).session, expected);
+        // Every rank leaves the session (as connectors that close do): their records go with them.
+    }
+    auto client = connectClient(port);
+    EXPECT_EQ(client->get(kOpenSessionKey, 0ms).value(), "4");
+    EXPECT_EQ(client->get(sessionRankKey(3, Role::kFfn, 0), 200ms).status().code(), core::StatusCode::kTimeout);
+    EXPECT_EQ(client->get(rankRecordKey(Role::kAttention, 0), 0ms).status().code(), core::StatusCode::kTimeout);
+}
+
+TEST(RendezvousSessions, ARankThatArrivesWhileASessionRunsRegistersForTheNext) {
+    auto server = StoreServer::start("127.0.0.1", 0);
+    ASSERT_TRUE(server.isOk());
+    const int port = (*server)->port();
+    auto first = joinAllAt(port, 1, 1);
+    ASSERT_EQ(first[0]->session(), 1u);
+    // Session 1 runs (its ranks keep their Rendezvous). A second attention process of the same rank is refused at its
+    // claim, whatever the sessions.
+    auto duplicate = Rendezvous::join(options(port, false, 1, 1, 2s), record(Role::kAttention, 0));
+    EXPECT_EQ(duplicate.status().code(), core::StatusCode::kMismatch);
+    EXPECT_THAT(duplicate.status().message(), HasSubstr("attention rank 0 is registered already"));
+    // Once the attention rank of session 1 has gone (a crash leaves nothing else behind), its successor registers in
+    // session 2, and the FFN rank that served session 1 meets it there.
+    first[1].reset();
+    auto next =
+        runAsync([port] { return Rendezvous::join(options(port, false, 1, 1, 20s), record(Role::kAttention, 0)); });
+    first[0].reset();  // the FFN rank ends session 1; the store lives on
+    RendezvousOptions host = idleOptions(port, true, 1, 1);
+    host.store_started = true;
+    auto ffn = Rendezvous::join(host, record(Role::kFfn, 0));
+    ASSERT_TRUE(ffn.isOk()) << ffn.status().toString();
+    auto a = next.get();
+    ASSERT_TRUE(a.isOk()) << a.status().toString();
+    EXPECT_EQ((*a)->session(), 2u);
+    EXPECT_EQ((*ffn)->session(), 2u);
+}
+
+TEST(RendezvousSessions, AnIdleRankLeavesASessionTheLeaderHasClosedForTheOpenOne) {
+    const int port = testing::pickFreePort();
+    auto server = StoreServer::start("127.0.0.1", port);
+    ASSERT_TRUE(server.isOk());
+    auto client = connectClient(port);
+    ASSERT_TRUE(client->set(kOpenSessionKey, "5").isOk());
+    auto ffn1 = runAsync([port] { return Rendezvous::join(idleOptions(port, false, 1, 2), record(Role::kFfn, 1)); });
+    ASSERT_TRUE(client->get(sessionRankKey(5, Role::kFfn, 1), 10s).isOk());
+    // The leader closes session 5 (its join failed, say) and opens 6: the idle rank follows within a check.
+    ASSERT_TRUE(client->set(kOpenSessionKey, "6").isOk());
+    ASSERT_TRUE(client->get(sessionRankKey(6, Role::kFfn, 1), 10s).isOk());
+    const auto deadline = Clock::now() + 10s;
+    while (Clock::now() < deadline && client->get(sessionRankKey(5, Role::kFfn, 1), 0ms).isOk()) {
+        std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_EQ(client->get(sessionRankKey(5, Role::kFfn, 1), 0ms).status().code(), core::StatusCode::kTimeout)
+        << "what the rank left in session 5 goes with the connection it left";
+    RendezvousOptions host = options(port, true, 1, 2, 20s);
+    host.store_started = true;
+    auto ffn0 = runAsync([host] { return Rendezvous::join(host, record(Role::kFfn, 0)); });
+    auto a0 = Rendezvous::join(options(port, false, 1, 2, 20s), record(Role::kAttention, 0));
+    ASSERT_TRUE(a0.isOk()) << a0.status().toString();
+    EXPECT_EQ((*a0)->session(), 6u);
+    EXPECT_EQ(ffn1.get().value()->session(), 6u);
+    EXPECT_TRUE(ffn0.get().isOk());
+}
+
+TEST(RendezvousSessions, AStopEndsAnIdleWaitAtOnce) {
+    const int port = testing::pickFreePort();
+    auto cancel = Canceller::create();
+    ASSERT_TRUE(cancel.isOk());
+    RendezvousOptions host = idleOptions(port, true, 1, 1);
+    host.cancel = cancel->get();
+    auto ffn0 = runAsync([host] { return Rendezvous::join(host, record(Role::kFfn, 0)); });
+    EXPECT_EQ(ffn0.wait_for(300ms), std::future_status::timeout);
+    const auto start = Clock::now();
+    (*cancel)->cancel();
+    EXPECT_EQ(ffn0.get().status().code(), core::StatusCode::kCancelled);
+    EXPECT_LT(Clock::now() - start, 2s);
 }
 
 }  // namespace

@@ -64,11 +64,23 @@ TEST(StoreWire, MalformedRequestsAreRefusedWithTheReason) {
     // An unknown op, unknown flags, a get with a value.
     EXPECT_THAT(refusal(std::string("\x09\0\0\0\x4d\0\x01\0\0\0\0\0k", 13)).message(),
                 HasSubstr("malformed request (op 77, flags 0)"));
-    EXPECT_THAT(refusal(std::string("\x09\0\0\0\x01\x02\x01\0\0\0\0\0k", 13)).message(),
-                HasSubstr("malformed request (op 1, flags 2)"));
+    EXPECT_THAT(refusal(std::string("\x09\0\0\0\x01\x04\x01\0\0\0\0\0k", 13)).message(),
+                HasSubstr("malformed request (op 1, flags 4)"));
+    EXPECT_THAT(refusal(std::string("\x09\0\0\0\x02\x02\x01\0\0\0\0\0k", 13)).message(),
+                HasSubstr("malformed request (op 2, flags 2)"));  // a get owns nothing
     EXPECT_THAT(refusal(std::string("\x0a\0\0\0\x02\0\x01\0\0\0\0\0kv", 14)).message(),
                 HasSubstr("malformed request (op 2, flags 0)"));
     EXPECT_EQ(refusal(std::string("\x0a\0\0\0\x02\0\x01\0\0\0\0\0kv", 14)).code(), core::StatusCode::kCorrupt);
+}
+
+TEST(StoreWire, AnOwnedExclusiveSetRoundTrips) {
+    const StoreRequest claim{kStoreOpSet, kStoreFlagExclusive | kStoreFlagOwned, 0, "afd/rank/attention/0", "r"};
+    std::string stream;
+    appendStoreRequest(claim, stream);
+    auto decoded = decodeStoreRequest(bytesOf(stream));
+    ASSERT_TRUE(decoded.isOk() && decoded->has_value()) << decoded.status().toString();
+    EXPECT_EQ((*decoded)->request.flags, kStoreFlagExclusive | kStoreFlagOwned);
+    EXPECT_EQ((*decoded)->request.key, claim.key);
 }
 
 TEST(StoreWire, ReplyLengthIsBounded) {
@@ -107,6 +119,31 @@ TEST(RankRecordWire, RoundTripsAndNamesItsKey) {
                     .status()
                     .message(),
                 HasSubstr("lacks role, rank, protocol_version or fingerprint"));
+}
+
+TEST(RankRecordWire, TheSessionRoundTripsAndIsAbsentInAClaim) {
+    RankRecord record{Role::kAttention, 0, 2, "fp", 7};
+    const std::string text = encodeRankRecord(record);
+    EXPECT_THAT(text, HasSubstr("\"session\":7"));
+    const auto decoded = decodeRankRecord(text, Role::kAttention, 0, "rendezvous");
+    ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+    EXPECT_EQ(decoded->session, 7u);
+    record.session = 0;
+    EXPECT_EQ(encodeRankRecord(record).find("session"), std::string::npos);
+    EXPECT_EQ(decodeRankRecord(encodeRankRecord(record), Role::kAttention, 0, "rendezvous").value().session, 0u);
+    const auto widest = decodeRankRecord(
+        R"({"role":"ffn","rank":0,"protocol_version":2,"fingerprint":"x","session":18446744073709551615})", Role::kFfn,
+        0, "rendezvous");
+    ASSERT_TRUE(widest.isOk()) << widest.status().toString();
+    EXPECT_EQ(widest->session, 18446744073709551615u);
+    for (const std::string bad : {"-1", "1.5", "\"3\"", "18446744073709551616", "null"}) {
+        const auto refused =
+            decodeRankRecord(R"({"role":"ffn","rank":0,"protocol_version":2,"fingerprint":"x","session":)" + bad + "}",
+                             Role::kFfn, 0, "rendezvous");
+        EXPECT_EQ(refused.status().code(), core::StatusCode::kCorrupt) << bad;
+        EXPECT_THAT(refused.status().message(), HasSubstr("has a session that is not an unsigned 64-bit integer"))
+            << bad;
+    }
 }
 
 TEST(RankRecordWire, AVersionBeyond32BitsIsRefusedNotTruncated) {

@@ -7,11 +7,12 @@
 
 namespace afd::transport::tcp {
 
-TcpAttentionConnector::TcpAttentionConnector(const TcpConnectorOptions& options,
+TcpAttentionConnector::TcpAttentionConnector(const TcpConnectorOptions& options, std::unique_ptr<Rendezvous> rendezvous,
                                              std::vector<std::unique_ptr<TcpLink>> links)
     : rank_(options.rank),
       limits_{options.max_rows, options.max_frame_bytes},
       step_timeout_(options.step_timeout),
+      rendezvous_(std::move(rendezvous)),
       links_(std::move(links)),
       slots_(links_.size()),
       owed_(links_.size()) {
@@ -184,6 +185,7 @@ void TcpAttentionConnector::close() {
     if (closed_) return;
     closed_ = true;
     for (auto& link : links_) link->close();
+    rendezvous_.reset();
 }
 
 }  // namespace afd::transport::tcp

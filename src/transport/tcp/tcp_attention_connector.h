@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "transport/connector.h"
+#include "transport/rendezvous.h"
 #include "transport/tcp/tcp_connector.h"
 #include "transport/tcp/tcp_link.h"
 
@@ -25,8 +26,10 @@ namespace afd::transport::tcp {
 
 class TcpAttentionConnector final : public AttentionConnector {
 public:
-    // `links[i]` is the connection to FFN rank options.peers[i].
-    TcpAttentionConnector(const TcpConnectorOptions& options, std::vector<std::unique_ptr<TcpLink>> links);
+    // `links[i]` is the connection to FFN rank options.peers[i]. `rendezvous` holds this rank's claim and records on
+    // the store for as long as the connector lives (a second process claiming the rank meanwhile is refused).
+    TcpAttentionConnector(const TcpConnectorOptions& options, std::unique_ptr<Rendezvous> rendezvous,
+                          std::vector<std::unique_ptr<TcpLink>> links);
     ~TcpAttentionConnector() override;
 
     std::span<const PeerInfo> peers() const override { return peers_; }
@@ -66,6 +69,7 @@ private:
     int rank_ = 0;
     FrameLimits limits_;
     std::chrono::milliseconds step_timeout_;
+    std::unique_ptr<Rendezvous> rendezvous_;
     std::vector<PeerInfo> peers_;
     std::vector<std::unique_ptr<TcpLink>> links_;
     std::vector<TcpLink*> link_ptrs_;

@@ -24,6 +24,7 @@ TcpConnectorOptions optionsFor(const ConnectorRequest& request) {
     o.max_frame_bytes = request.maxFrameBytes();
     o.setup_cancel = request.setup_cancel;
     o.store_started = request.rendezvous_store_started;
+    o.session = request.session;
     return o;
 }
 

@@ -35,6 +35,7 @@ RendezvousOptions rendezvousOptions(const TcpConnectorOptions& o) {
     r.num_ffn_ranks = o.num_ffn_ranks;
     r.timeout = o.rendezvous_timeout;
     r.cancel = o.setup_cancel;
+    r.session = o.session;
     return r;
 }
 
@@ -122,7 +123,8 @@ core::Result<std::unique_ptr<AttentionConnector>> createAttentionConnector(const
         for (const auto& link : links) fds.push_back(link->fd());
         AFD_RETURN_IF_ERROR(options.after_connect(*rendezvous, fds));
     }
-    return std::unique_ptr<AttentionConnector>(new TcpAttentionConnector(options, std::move(links)));
+    return std::unique_ptr<AttentionConnector>(
+        new TcpAttentionConnector(options, std::move(rendezvous), std::move(links)));
 }
 
 core::Result<std::unique_ptr<FfnConnector>> createFfnConnector(const TcpConnectorOptions& options) {

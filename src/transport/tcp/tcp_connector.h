@@ -44,6 +44,8 @@ struct TcpConnectorOptions {
     std::chrono::milliseconds wait_report_interval = kWaitReportInterval;
     // FFN rank 0: the caller hosts the rendezvous store at store_host:store_port already (RendezvousOptions).
     bool store_started = false;
+    // The rendezvous session (rendezvous_session.h): an FFN rank of a pool between sessions waits idle.
+    SessionOptions session;
     std::chrono::milliseconds step_timeout{30000};  // every wait inside a step
     // The frame limits: rows of any frame and payload bytes of any data frame this rank receives. The handshake
     // refuses a peer with other limits, so they bound what this rank sends as well.

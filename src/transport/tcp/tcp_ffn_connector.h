@@ -19,7 +19,7 @@ namespace afd::transport::tcp {
 class TcpFfnConnector final : public FfnConnector {
 public:
     // `links[i]` is the connection of attention rank options.peers[i]. `rendezvous` keeps the store up on the
-    // rank that hosts it, for as long as the connector lives.
+    // rank that hosts it, and this rank's claim and records on it, for as long as the connector lives.
     TcpFfnConnector(const TcpConnectorOptions& options, std::unique_ptr<Rendezvous> rendezvous,
                     std::vector<std::unique_ptr<TcpLink>> links, std::unique_ptr<Canceller> cancel);
     ~TcpFfnConnector() override;
