@@ -10,7 +10,8 @@
 #   faults  an FFN rank killed mid-generation, an attention rank killed mid-generation, an ordered stop (/stop on the
 #           FFN rank after the attention rank's job) with its status file, and no MPS process left at the end;
 #   perf    `afd bench transport`, and full-size decode (batch 1, 64, 256; context 1024) dense against AFD 1A1F
-#           (graphs, eager, graphs + DBO) and 1A2F (graphs, graphs + DBO).
+#           (graphs, eager, graphs + DBO) and 1A2F (graphs, graphs + DBO); AFD_GPU_AFD_FULL_CASES picks among
+#           "1a1f 1a1f_eager 1a1f_dbo 1a2f 1a2f_dbo".
 # Appends "afd ..." lines to OUT_DIR/afd_summary.txt (gpu_check.sh prints it last).
 set -uo pipefail
 bin="$1"
@@ -35,7 +36,7 @@ if part tests; then
     gtests transport_cuda_tests transport_cuda_tests '*' 180
     gtests afd_frames_tests kernels_cuda_tests 'AfdFrames*' 60
     gtests ffn_device_tests ffn_tests 'CudaFfnDeviceLanes*:CudaFfnCompute*:CudaRoutedTokens*' 180
-    gtests cli_ipc_tests cli_tests 'CudaCli.*CudaIpc*:LaunchMpsCuda.*' 400
+    gtests cli_ipc_tests cli_tests 'CudaCli.*CudaIpc*:LaunchMpsCuda.*:Connectors/PoolSessionsCuda.*' 400
 fi
 
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/afd-gpu-afd-mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/afd-gpu-afd-mps/log
@@ -50,6 +51,7 @@ if part perf; then
 fi
 
 prompts="--prompt-ids 151644,872,198,3838,374,279,6722,315,9625,30 --prompt-ids 1,2,3,4,5 --prompt-ids 777"
+dense_json="$out/ids_dense.json"
 ids() { python3 -c "import json,sys;print([r['new_ids'] for r in json.load(open(sys.argv[1]))['results']])" "$1"; }
 if part ids; then
     CUDA_MPS_PIPE_DIRECTORY=/nonexistent timeout 120 "$afd" generate --model "$l4" --random-weights --device cuda \
@@ -82,9 +84,39 @@ ids_case() {  # name A F m2n(true|false) flags-of-both-roles
     for a in $(seq 0 $((A - 1))); do
         [ "$(ids "$out/ids_${name}_a$a.json" 2>/dev/null)" == "$(cat "$out/ids_dense.txt")" ] || same=no
     done
-    echo "afd ids $name: attention exit $rc, ids == dense GPU engine: $same" | tee -a "$summary"
+    local diff=""
+    if [ "$same" == no ]; then  # where the first difference is: a late flip (rounding) or garbage from the start
+        diff=$(python3 -c "
+import json,sys
+a=[r['new_ids'] for r in json.load(open(sys.argv[1]))['results']]
+d=[r['new_ids'] for r in json.load(open(sys.argv[2]))['results']]
+firsts=[next((i for i,(x,y) in enumerate(zip(p,q)) if x!=y), None) for p,q in zip(a,d)]
+bad=[f for f in firsts if f is not None]
+print(f'({len(bad)} of {len(d)} prompts differ, first differing token at {sorted(bad)[:8]})')" \
+            "$out/ids_${name}_a0.json" "$dense_json" 2>&1 | tail -1)
+    fi
+    echo "afd ids $name: attention exit $rc, ids == dense GPU engine: $same $diff" | tee -a "$summary"
 }
+if part ids; then
+    # 48 prompts: frames of 48 rows (A2F 195 KiB, F2A 384 KiB per peer), past the small-frame sizes of the cases below.
+    wide=""
+    for i in $(seq 1 48); do wide="$wide --prompt-ids $((i * 7 + 3)),$((i * 13 + 5)),$((i + 100))"; done
+    saved_prompts=$prompts
+    prompts=$wide
+    CUDA_MPS_PIPE_DIRECTORY=/nonexistent timeout 120 "$afd" generate --model "$l4" --random-weights --device cuda \
+        $prompts --max-tokens 24 --json >"$out/ids_dense_wide.json" 2>"$out/ids_dense_wide.err"
+    cp "$out/ids_dense.txt" "$out/ids_dense_narrow.txt"
+    ids "$out/ids_dense_wide.json" >"$out/ids_dense.txt" 2>/dev/null
+    dense_json="$out/ids_dense_wide.json"
+    ids_case "m2n_1a1f_graph_48_prompts" 1 1 true ""
+    ids_case "m2n_1a2f_graph_48_prompts" 1 2 true ""
+    ids_case "p2p_1a1f_graph_48_prompts" 1 1 false ""
+    cp "$out/ids_dense_narrow.txt" "$out/ids_dense.txt"
+    prompts=$saved_prompts
+    dense_json="$out/ids_dense.json"
+fi
 for mode in "graph:" "eager:--enforce-eager" "dbo:--dbo"; do
+    [ -n "${AFD_GPU_AFD_WIDE_ONLY:-}" ] && break
     part ids || break
     ids_case "m2n_1a1f_${mode%%:*}" 1 1 true "${mode#*:}"
     ids_case "m2n_1a2f_${mode%%:*}" 1 2 true "${mode#*:}"
@@ -180,11 +212,12 @@ if part perf; then
         for p in $ffns; do kill -TERM "$p" 2>/dev/null; done
         for p in $ffns; do wait "$p"; done
     }
-    full_case 1a1f 1 "" ""
-    full_case 1a1f_eager 1 --enforce-eager --enforce-eager
-    full_case 1a1f_dbo 1 --dbo --enable-dbo
-    full_case 1a2f 2 "" ""
-    full_case 1a2f_dbo 2 --dbo --enable-dbo
+    cases=" ${AFD_GPU_AFD_FULL_CASES:-1a1f 1a1f_eager 1a1f_dbo 1a2f 1a2f_dbo} "
+    [[ "$cases" == *" 1a1f "* ]] && full_case 1a1f 1 "" ""
+    [[ "$cases" == *" 1a1f_eager "* ]] && full_case 1a1f_eager 1 --enforce-eager --enforce-eager
+    [[ "$cases" == *" 1a1f_dbo "* ]] && full_case 1a1f_dbo 1 --dbo --enable-dbo
+    [[ "$cases" == *" 1a2f "* ]] && full_case 1a2f 2 "" ""
+    [[ "$cases" == *" 1a2f_dbo "* ]] && full_case 1a2f_dbo 2 --dbo --enable-dbo
     python3 - "$out" >>"$summary" <<'PY'
 import sys, os
 out = sys.argv[1]

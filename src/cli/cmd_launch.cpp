@@ -312,7 +312,7 @@ int Launch::runJob() {
     fleet.model_dir = model_dir;
     fleet.afd = afd_json;
     fleet.num_ffn_ranks = F;
-    fleet.device_args = ffnDeviceArgs(devices_);
+    fleet.device_args = ffnDeviceArgs(options_.devices, devices_, options_.dbo);
     fleet.run_dir = run_dir_.path();
     fleet.log_level = child_log_level;
     fleet.inherit_stderr = options_.verbose;

@@ -92,9 +92,14 @@ std::vector<std::string> attentionDeviceArgs(const LaunchDeviceFlags& flags, con
     return args;
 }
 
-std::vector<std::string> ffnDeviceArgs(const LaunchDevices& devices) {
+std::vector<std::string> ffnDeviceArgs(const LaunchDeviceFlags& flags, const LaunchDevices& devices, bool dbo) {
     std::vector<std::string> args{"--device", devices.ffn};
     if (!devices.ffn_ids.empty()) args.insert(args.end(), {"--device-ids", devices.ffn_ids});
+    // Graphs and lanes are a GPU rank's; a CPU rank has neither.
+    if (devices.ffn != "cpu") {
+        if (flags.enforce_eager) args.emplace_back("--enforce-eager");
+        if (dbo) args.emplace_back("--enable-dbo");
+    }
     return args;
 }
 

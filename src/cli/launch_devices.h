@@ -50,8 +50,9 @@ core::Result<LaunchDevices> resolveLaunchDevices(const LaunchDeviceFlags& flags,
                                                  int num_ffn_ranks);
 
 // The device flags of an attention child (`afd generate`: --device, --device-ids, --enforce-eager,
-// --gpu-memory-utilization) and of an FFN child (`afd ffn`: --device, --device-ids).
+// --gpu-memory-utilization) and of an FFN child (`afd ffn`: --device, --device-ids; on a GPU also --enforce-eager,
+// and --enable-dbo when the attention ranks run dual-batch overlap).
 std::vector<std::string> attentionDeviceArgs(const LaunchDeviceFlags& flags, const LaunchDevices& devices);
-std::vector<std::string> ffnDeviceArgs(const LaunchDevices& devices);
+std::vector<std::string> ffnDeviceArgs(const LaunchDeviceFlags& flags, const LaunchDevices& devices, bool dbo);
 
 }  // namespace afd::cli

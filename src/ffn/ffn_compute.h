@@ -75,6 +75,11 @@ public:
         return core::unsupported("{} has no step graphs", describe());
     }
 
+    // Between sessions: waits for every lane, drops the step graphs (they name the old connector's memory) and
+    // forgets a frame error the last session recorded (synchronizeLanes' kCorrupt), so the next session starts clean.
+    // Errors only for a device failure.
+    virtual core::Status resetForNextSession() { return core::Status::ok(); }
+
     // "cpu", "cuda:3 (NVIDIA H200)".
     virtual std::string describe() const = 0;
     // Bytes of weights this compute holds on its device.

@@ -412,6 +412,14 @@ int Service::shutdown() {
                 fmt::format("{} device buffers and IPC mappings released", transport::connectorName(afd_.connector)));
         }
     }
+    if (sessions_released_ > 0) {
+        const auto capabilities = transport::connectorCapabilities(afd_.connector);
+        const bool device = capabilities && capabilities->needsCudaDevice();
+        released.push_back(fmt::format("{} ended session(s): worker joined, connector closed{}", sessions_released_,
+                                       device ? fmt::format(", {} device buffers and IPC mappings released",
+                                                            transport::connectorName(afd_.connector))
+                                              : ""));
+    }
     report_.resources_released = all_released;
     report_.released_detail = fmt::format("{}", fmt::join(released, ", "));
     return report_.exit_code;

@@ -116,6 +116,8 @@ private:
     std::unique_ptr<transport::StoreServer> store_;  // rank 0: the rendezvous store, up before loading
     std::unique_ptr<transport::Canceller> setup_cancel_;
     std::unique_ptr<transport::FfnConnector> connector_;
+    // Sessions whose worker, runner and connector endSession released (their device memory and mappings too).
+    int sessions_released_ = 0;
     // NOTE: runner_ is set and reset under session_mutex_, which the admin thread takes to read its stats;
     // last_stats_ and last_layers_ keep the last session's for between sessions.
     mutable std::mutex session_mutex_;

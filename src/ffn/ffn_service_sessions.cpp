@@ -106,9 +106,11 @@ Status Service::endSession() {
     if (worker_ && !worker_->join(std::chrono::seconds(options_.shutdown_timeout_s))) {
         return core::internalError("the step loop did not end within {} s", options_.shutdown_timeout_s);
     }
-    // A step that failed part-way may have left work on the lanes that reads the connector's memory.
+    // A step that failed part-way may have left work on the lanes that reads the connector's memory; the step graphs
+    // name that memory, and a bad frame's record belongs to the session that failed on it.
     if (compute_->numDeviceLanes() > 0) {
-        AFD_RETURN_IF_ERROR(compute_->synchronizeLanes().withContext("waiting for the device lanes after a session"));
+        AFD_RETURN_IF_ERROR(
+            compute_->resetForNextSession().withContext("waiting for the device lanes after a session"));
     }
     if (connector_) connector_->close();
     // What the runner folds into /metrics only when it renders (a p2p compute's expert token counts) is folded now,
@@ -125,6 +127,7 @@ Status Service::endSession() {
     }
     // A device connector's buffers, mappings and communicators go with it; the next session makes its own.
     connector_.reset();
+    ++sessions_released_;
     return Status::ok();
 }
 

@@ -207,6 +207,41 @@ TEST_F(CudaCli, LaunchP2p1A1FOverCudaIpcGivesTheDenseGpuEnginesIds) {
     expectLaunchMatches(r, "cuda:0", greedy_);
 }
 
+// Eager (no graph on either role) and dual-batch overlap (two-stage steps; the FFN ranks serve them on two lanes).
+TEST_F(CudaCli, LaunchOverCudaIpcEagerAndWithDboGivesTheDenseGpuEnginesIds) {
+    for (const char* mode : {"--enforce-eager", "--dbo"}) {
+        for (const auto& [ffn_gpus, m2n] : {std::pair{twoFfnGpus(), true}, std::pair{std::string("0"), false}}) {
+            SCOPED_TRACE(std::string(mode) + (m2n ? " m2n 1A2F" : " p2p 1A1F"));
+            const int F = m2n ? 2 : 1;
+            const ProcessResult r = afd({"launch",
+                                         "--model",
+                                         kTiny,
+                                         "--device",
+                                         "cuda",
+                                         "--attention-device-ids",
+                                         "0",
+                                         "--ffn-device-ids",
+                                         ffn_gpus,
+                                         mode,
+                                         "--max-tokens",
+                                         "12",
+                                         "--json",
+                                         "--additional-config",
+                                         cudaIpcConfig(1, F, m2n),
+                                         "--prompt-ids",
+                                         prompt_,
+                                         "--prompt-ids",
+                                         "11,12,13",
+                                         "--prompt-ids",
+                                         "5,6",
+                                         "--prompt-ids",
+                                         "9"},
+                                        300s);
+            expectLaunchMatches(r, "cuda:0", greedy_);
+        }
+    }
+}
+
 TEST_F(CudaCli, LaunchOnGpusAgreesWithTheCpuReference) {
     const ProcessResult r =
         afd({"launch", "--model", kTiny, "--device", "cuda", "--ffn-device-ids", twoFfnGpus(), "--reference-device",

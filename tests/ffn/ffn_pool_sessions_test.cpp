@@ -192,6 +192,9 @@ TEST(FfnPool, SigtermEndsThePoolBetweenSessionsAndPostStopMidSession) {
     json status = json::parse(readText(ffn.status_path));
     EXPECT_EQ(status["exit_reason"], "stopped");
     EXPECT_TRUE(status["resources_released"].get<bool>());
+    EXPECT_NE(status["released"].get<std::string>().find("1 ended session(s): worker joined, connector closed"),
+              std::string::npos)
+        << status.dump();
     EXPECT_EQ(status["sessions"]["finished"], 1);
 
     // A fresh pool stopped while it serves: it finishes the step in flight, stops, and its peer fails.

@@ -415,6 +415,15 @@ core::Status CudaFfnCompute::synchronizeLanes() {
     return core::Status::ok();
 }
 
+core::Status CudaFfnCompute::resetForNextSession() {
+    AFD_CHECK(!released_, "GPU FFN compute used after release()");
+    AFD_CUDA_CHECK(cudaSetDevice(gpu_));
+    for (Lane& lane : lanes_) AFD_CUDA_CHECK(cudaStreamSynchronize(lane.stream->get()));
+    step_graphs_.clear();
+    if (bad_ids_.get() != nullptr) AFD_CUDA_CHECK(cudaMemset(bad_ids_.get(), 0, 4 * sizeof(int32_t)));
+    return core::Status::ok();
+}
+
 bool CudaFfnCompute::routedTokenTotals(std::span<uint64_t> totals) const {
     if (!counting_) return false;
     AFD_CHECK(totals.size() == static_cast<size_t>(counted_experts_), "{} totals for {} experts", totals.size(),

@@ -98,6 +98,7 @@ public:
     core::Status computeDevice(int lane, int64_t layer, std::span<const DevicePeerRows> peers) override;
     const float* laneOutput(int lane) const override { return lanes_.at(static_cast<size_t>(lane)).out.as<float>(); }
     core::Status synchronizeLanes() override;
+    core::Status resetForNextSession() override;
     core::Status beginStepCapture(int lane) override;
     core::Result<int> endStepCapture(int lane, bool keep) override;
     core::Status launchStepGraph(int graph, int lane) override;

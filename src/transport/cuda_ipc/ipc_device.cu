@@ -12,8 +12,9 @@ namespace afd::transport::cuda_ipc {
 namespace {
 
 constexpr int kPutThreads = 256;
-constexpr int kMaxPutBlocks = 64;
-constexpr uint64_t kBytesPerBlock = 64 * 1024;
+// Up to one block per SM of an H200: a frame of up to 2 MiB (T = 256 FP32 hidden rows) is out in a few passes.
+constexpr int kMaxPutBlocks = 132;
+constexpr uint64_t kBytesPerBlock = 16 * 1024;
 // Spins between looks at the abort word (host memory, a PCIe read) and the clock.
 constexpr uint32_t kSpinsPerCheck = 256;
 
