@@ -7,6 +7,8 @@
 #   tests   the device connector's and frame kernels' tests, the launcher's cuda_ipc and MPS tests;
 #   ids     the greedy ids of a full-width 4-layer Qwen3-30B-A3B shape (random weights) against the dense GPU engine
 #           for m2n 1A1F / 1A2F / 2A2F and p2p 1A1F in graph, eager and DBO modes;
+#   logits  first-token logits of a 48-prompt batch, dense against m2n 1A1F and 1A2F (how far the FP32 partial sums
+#           of two FFN ranks move them);
 #   faults  an FFN rank killed mid-generation, an attention rank killed mid-generation, an ordered stop (/stop on the
 #           FFN rank after the attention rank's job) with its status file, and no MPS process left at the end;
 #   perf    `afd bench transport`, and full-size decode (batch 1, 64, 256; context 1024) dense against AFD 1A1F
@@ -123,6 +125,52 @@ for mode in "graph:" "eager:--enforce-eager" "dbo:--dbo"; do
     ids_case "m2n_2a2f_${mode%%:*}" 2 2 true "${mode#*:}"
     ids_case "p2p_1a1f_${mode%%:*}" 1 1 false "${mode#*:}"
 done
+
+if part logits; then
+    # The 48-prompt case's first-token logits, dense against m2n 1A1F and 1A2F: how far the two FFN ranks' FP32
+    # partial sums move them, against the top-2 gap where a greedy token flips.
+    wide=""
+    for i in $(seq 1 48); do wide="$wide --prompt-ids $((i * 7 + 3)),$((i * 13 + 5)),$((i + 100))"; done
+    CUDA_MPS_PIPE_DIRECTORY=/nonexistent timeout 120 "$afd" generate --model "$l4" --random-weights --device cuda \
+        $wide --max-tokens 1 --json --prompt-logits >"$out/logits_dense.json" 2>"$out/logits_dense.err"
+    for F in 1 2; do
+        cfg="{\"afd\":{\"connector\":\"cuda_ipc\",\"port\":2990$F,\"num_attention_ranks\":1,\"num_ffn_ranks\":$F}}"
+        ffns=""
+        for r in $(seq 0 $((F - 1))); do
+            RANK=$r WORLD_SIZE=$F timeout 150 "$afd" ffn "$l4" --random-weights --device cuda --device-ids 0,0 \
+                --additional-config "$cfg" >"$out/logits_ffn$F$r.log" 2>&1 &
+            ffns="$ffns $!"
+        done
+        timeout 120 "$afd" generate --model "$l4" --random-weights --device cuda --gpu-memory-utilization 0.3 $wide \
+            --max-tokens 1 --json --prompt-logits --additional-config "$cfg" >"$out/logits_1a${F}f.json" \
+            2>"$out/logits_1a${F}f.err"
+        for p in $ffns; do kill -TERM "$p" 2>/dev/null; done
+        for p in $ffns; do wait "$p"; done
+    done
+    python3 - "$out" <<'PY' | tee -a "$summary"
+import json, sys
+out = sys.argv[1]
+dense = json.load(open(f"{out}/logits_dense.json"))["results"]
+for F in (1, 2):
+    try:
+        afd = json.load(open(f"{out}/logits_1a{F}f.json"))["results"]
+    except Exception as e:
+        print(f"afd logits 1A{F}F: no results ({e})")
+        continue
+    worst, worst_rel, flips, gaps = 0.0, 0.0, 0, []
+    for d, a in zip(dense, afd):
+        ld, la = d["prompt_last_logits"], a["prompt_last_logits"]
+        diff = max(abs(x - y) for x, y in zip(ld, la))
+        top = sorted(ld, reverse=True)
+        worst = max(worst, diff)
+        worst_rel = max(worst_rel, diff / max(abs(top[0]), 1e-30))
+        if d["new_ids"] != a["new_ids"]:
+            flips += 1
+            gaps.append(round(top[0] - top[1], 5))
+    print(f"afd logits 1A{F}F: max |logit diff| {worst:.5f} (relative {worst_rel:.1e}), first tokens that differ "
+          f"{flips} of {len(dense)}, dense top-2 gaps there {gaps[:8]}")
+PY
+fi
 
 elapsed() { python3 -c "import time;print(round(time.time()-$1,2))"; }
 # waitFor PID SECONDS: until the process ends, then SIGKILL if it still runs (the caller's wait then returns).
