@@ -291,6 +291,9 @@ int Serve::serve() {
 
     bool reported_unhealthy = false;
     std::optional<int> lost_code;  // an FFN rank this process started died: the exit code once stopped
+    // The engine stopped serving while every rank lived (a step timeout on a stopped or stalled FFN rank): the exit
+    // code of its error once stopped, so that a lost peer is 3 whether or not the rank died.
+    std::optional<int> engine_code;
     while (!interrupted_) {
         std::this_thread::sleep_for(100ms);
         if (auto s = fleet_.checkRunning("serving"); !s.isOk()) {
@@ -302,6 +305,7 @@ int Serve::serve() {
             AFD_LOG_ERROR("the engine stopped serving: {}; /health answers 503 until afd serve is stopped",
                           health.message());
             reported_unhealthy = true;
+            engine_code = exitCodeFor(health);
         }
     }
     AFD_LOG_INFO("stopping: the API server, the engine, then the FFN ranks");
@@ -313,6 +317,10 @@ int Serve::serve() {
     if (lost_code) {
         AFD_LOG_ERROR("afd serve stopped after losing an FFN rank");
         return *lost_code;
+    }
+    if (engine_code) {
+        AFD_LOG_ERROR("afd serve stopped after its engine stopped serving");
+        return *engine_code;
     }
     if (!clean) return core::kExitFailure;
     std::cout << "afd serve: stopped\n";

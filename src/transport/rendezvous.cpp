@@ -314,7 +314,9 @@ core::Result<std::unique_ptr<Rendezvous>> Rendezvous::joinSession(const Rendezvo
     }
     {
         core::Result<std::unique_ptr<StoreClient>> client =
-            StoreClient::connect(options.store, deadline, options.cancel, options.report_interval);
+            // A stopped store fails a call within the rendezvous timeout (when it is the shorter one).
+            StoreClient::connect(options.store, deadline, options.cancel, options.report_interval,
+                                 std::min(options.timeout, StoreClient::kDefaultReplySlack));
         if (!client.isOk()) return client.status().withContext(where);
         rv->client_ = std::move(*client);
     }

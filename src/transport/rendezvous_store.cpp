@@ -17,9 +17,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// How long a client waits for a reply beyond the server-side wait it asked for.
-constexpr milliseconds kReplySlack(10000);
-
 uint8_t ownedFlag(KeyLifetime lifetime) { return lifetime == KeyLifetime::kConnection ? kStoreFlagOwned : 0; }
 
 }  // namespace
@@ -294,10 +291,11 @@ core::Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string&
 // ---- client ----
 
 core::Result<std::unique_ptr<StoreClient>> StoreClient::connect(const HostPort& address, Deadline deadline,
-                                                                const Canceller* cancel, milliseconds report_every) {
+                                                                const Canceller* cancel, milliseconds report_every,
+                                                                milliseconds reply_slack) {
     AFD_ASSIGN_OR_RETURN(core::UniqueFd fd, connectTcp(address, deadline, cancel,
                                                        "the rendezvous store (ffn rank 0 hosts it)", report_every));
-    return std::unique_ptr<StoreClient>(new StoreClient(std::move(fd), address, cancel));
+    return std::unique_ptr<StoreClient>(new StoreClient(std::move(fd), address, cancel, reply_slack));
 }
 
 core::Result<StoreReply> StoreClient::call(uint8_t op, uint8_t flags, std::string_view key, std::string_view value,
@@ -315,7 +313,7 @@ core::Result<StoreReply> StoreClient::call(uint8_t op, uint8_t flags, std::strin
     std::string request;
     appendStoreRequest({op, flags, wait_ms, std::string(key), std::string(value)}, request);
 
-    const Deadline deadline = deadlineAfter(milliseconds(wait_ms) + kReplySlack);
+    const Deadline deadline = deadlineAfter(milliseconds(wait_ms) + reply_slack_);
     core::Status status = sendAll(fd_.get(), request.data(), request.size(), deadline, cancel_, where);
     uint8_t length[kStoreLengthBytes];
     if (status.isOk()) status = recvAll(fd_.get(), length, sizeof(length), deadline, cancel_, where);

@@ -59,10 +59,13 @@ class StoreClient {
 public:
     // Connects, retrying until `deadline` (the store may start after the client), logging every `report_every`
     // (0: never) that it still waits (connectTcp). `cancel` (may be null) interrupts this and every later wait of
-    // the client; it must outlive the client.
+    // the client; it must outlive the client. A reply may come up to `reply_slack` after the wait a call asked the
+    // store for; a store that accepts and never answers (its process stopped) fails the call then.
     static core::Result<std::unique_ptr<StoreClient>> connect(
         const HostPort& address, Deadline deadline, const Canceller* cancel,
-        std::chrono::milliseconds report_every = std::chrono::milliseconds(0));
+        std::chrono::milliseconds report_every = std::chrono::milliseconds(0),
+        std::chrono::milliseconds reply_slack = kDefaultReplySlack);
+    static constexpr std::chrono::milliseconds kDefaultReplySlack{10000};
     StoreClient(const StoreClient&) = delete;
     StoreClient& operator=(const StoreClient&) = delete;
 
@@ -77,8 +80,8 @@ public:
     const HostPort& address() const { return address_; }
 
 private:
-    StoreClient(core::UniqueFd fd, HostPort address, const Canceller* cancel)
-        : fd_(std::move(fd)), address_(std::move(address)), cancel_(cancel) {}
+    StoreClient(core::UniqueFd fd, HostPort address, const Canceller* cancel, std::chrono::milliseconds reply_slack)
+        : fd_(std::move(fd)), address_(std::move(address)), cancel_(cancel), reply_slack_(reply_slack) {}
 
     core::Result<StoreReply> call(uint8_t op, uint8_t flags, std::string_view key, std::string_view value,
                                   std::chrono::milliseconds wait);
@@ -86,6 +89,7 @@ private:
     core::UniqueFd fd_;
     HostPort address_;
     const Canceller* cancel_ = nullptr;
+    std::chrono::milliseconds reply_slack_;
 };
 
 }  // namespace afd::transport

@@ -27,7 +27,8 @@ std::string readText(const std::string& path) {
 }
 
 FfnProcess startFfn(const std::string& dir, const std::string& model, const std::string& config, int rank, int world,
-                    const std::vector<std::string>& extra_args) {
+                    const std::vector<std::string>& extra_args,
+                    const std::vector<std::pair<std::string, std::string>>& extra_env) {
     FfnProcess f;
     f.log_path = fmt::format("{}/ffn{}.log", dir, rank);
     f.status_path = fmt::format("{}/ffn{}.status.json", dir, rank);
@@ -40,6 +41,7 @@ FfnProcess startFfn(const std::string& dir, const std::string& model, const std:
                 {"WORLD_SIZE", std::to_string(world)},
                 {"LOCAL_RANK", std::to_string(rank)},
                 {"AFD_NUM_THREADS", "1"}};
+    spec.env.insert(spec.env.end(), extra_env.begin(), extra_env.end());
     spec.stderr_path = f.log_path;
     auto child = core::ChildProcess::spawn(spec);
     if (child.isOk()) f.process = std::move(child).value();

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/child_process.h"
@@ -24,9 +25,11 @@ struct FfnProcess {
     int admin_port = 0;
 };
 
-// Starts `afd ffn` rank `rank` of `world` with the config and `extra_args`; logs and files go under `dir`.
+// Starts `afd ffn` rank `rank` of `world` with the config, `extra_args` and `extra_env` (added to RANK, WORLD_SIZE,
+// LOCAL_RANK and AFD_NUM_THREADS=1); logs and files go under `dir`.
 FfnProcess startFfn(const std::string& dir, const std::string& model, const std::string& config, int rank, int world,
-                    const std::vector<std::string>& extra_args = {});
+                    const std::vector<std::string>& extra_args = {},
+                    const std::vector<std::pair<std::string, std::string>>& extra_env = {});
 // `afd ffn` flags of a rank whose life is one session (it then waits to be stopped; a failed session ends it).
 inline const std::vector<std::string> kOneSession = {"--serve-sessions", "once"};
 // Waits for the admin port file; 0 when the process exits or the wait times out.
