@@ -39,6 +39,14 @@ namespace afd::ffn {
 namespace detail {
 namespace {
 
+// What a device connector's teardown released, for the status file: its device buffers, and cuda_ipc's mappings of
+// the peers' memory or nccl's communicators.
+std::string deviceConnectorReleased(transport::ConnectorKind kind) {
+    return kind == transport::ConnectorKind::kNccl
+               ? std::string("nccl device buffers and communicators released")
+               : fmt::format("{} device buffers and IPC mappings released", transport::connectorName(kind));
+}
+
 // Reads RANK-style variables: the flag when given, else the environment variable; errors name both.
 core::Result<int> rankVariable(const std::optional<int>& flag, const char* env, const char* flag_name, bool required,
                                int fallback) {
@@ -408,17 +416,14 @@ int Service::shutdown() {
         }
         connector_.reset();
         if (capabilities && capabilities->needsCudaDevice()) {
-            released.push_back(
-                fmt::format("{} device buffers and IPC mappings released", transport::connectorName(afd_.connector)));
+            released.push_back(deviceConnectorReleased(afd_.connector));
         }
     }
     if (sessions_released_ > 0) {
         const auto capabilities = transport::connectorCapabilities(afd_.connector);
         const bool device = capabilities && capabilities->needsCudaDevice();
         released.push_back(fmt::format("{} ended session(s): worker joined, connector closed{}", sessions_released_,
-                                       device ? fmt::format(", {} device buffers and IPC mappings released",
-                                                            transport::connectorName(afd_.connector))
-                                              : ""));
+                                       device ? ", " + deviceConnectorReleased(afd_.connector) : ""));
     }
     report_.resources_released = all_released;
     report_.released_detail = fmt::format("{}", fmt::join(released, ", "));
