@@ -18,7 +18,10 @@ LoadProgressReporter::~LoadProgressReporter() {
 }
 
 model::LoadProgress LoadProgressReporter::callback() {
-    return [this](int64_t done, int64_t total) { update(done, total); };
+    return [this](int64_t done, int64_t total) {
+        update(done, total);
+        return true;
+    };
 }
 
 void LoadProgressReporter::update(int64_t done, int64_t total) {

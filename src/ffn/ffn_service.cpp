@@ -217,9 +217,11 @@ Status Service::load() {
         return Status::ok();
     }
     int64_t last_tenth = 0;
+    // A stop (SIGTERM, SIGINT, POST /stop) ends the load after the layer in hand.
     const model::LoadProgress progress = [&](int64_t done, int64_t total) {
         if (test_load_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(test_load_delay_ms_));
         layers_loaded_ = done;
+        if (stopped()) return false;
         // A line at each tenth: a long load shows that it moves (and /status has every layer).
         const int64_t tenth = total > 0 ? 10 * done / total : 10;
         if (tenth > last_tenth && done < total) {
@@ -227,6 +229,7 @@ Status Service::load() {
             AFD_LOG_INFO("loading weights: {}/{} layers ({}%) in {:.1f} s", done, total, 100 * done / total,
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
         }
+        return true;
     };
     AFD_ASSIGN_OR_RETURN(model::ModelWeights weights,
                          model::loadWeights(*checkpoint_, model_config_, selection, progress));
@@ -451,8 +454,13 @@ int Service::run() {
     } else if (Status s = startAdmin(); !s.isOk()) {
         code = fail("config_error", core::kExitBadConfig, s);
     } else if (Status s = load(); !s.isOk()) {
-        code =
-            fail(core::exitCodeFor(s) == core::kExitBadConfig ? "config_error" : "load_error", core::exitCodeFor(s), s);
+        if (s.code() == core::StatusCode::kCancelled && stopped()) {
+            AFD_LOG_INFO("{}", s.message());
+            report_.exit_reason = "stopped";
+        } else {
+            code = fail(core::exitCodeFor(s) == core::kExitBadConfig ? "config_error" : "load_error",
+                        core::exitCodeFor(s), s);
+        }
     } else {
         code = serveSessions();
     }

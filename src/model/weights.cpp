@@ -205,7 +205,10 @@ Result<ModelWeights> loadWeights(const Checkpoint& checkpoint, const ModelConfig
                 loader, weights, 1, H, c.intermediate_size,
                 [&](int64_t, std::string_view proj) { return fmt::format("{}mlp.{}.weight", p, proj); }, mlp));
         }
-        if (progress) progress(layer + 1, c.num_hidden_layers);
+        if (progress && !progress(layer + 1, c.num_hidden_layers)) {
+            return core::makeStatus(core::StatusCode::kCancelled, "the weights' load was stopped after {} of {} layers",
+                                    layer + 1, c.num_hidden_layers);
+        }
     }
     return weights;
 }

@@ -81,9 +81,11 @@ struct ModelWeights {
 };
 
 // Called after each layer's tensors are loaded, with the layers done and the model's layer count (a progress bar).
-using LoadProgress = std::function<void(int64_t layers_done, int64_t num_layers)>;
+// Returns whether to go on: false stops the load there (a stop asked for while loading).
+using LoadProgress = std::function<bool(int64_t layers_done, int64_t num_layers)>;
 
-// Loads and checks (presence, dtype BF16, shape) every tensor the selection needs; errors name the tensor.
+// Loads and checks (presence, dtype BF16, shape) every tensor the selection needs; errors name the tensor. A progress
+// callback that returns false ends the load with kCancelled, naming the layers done.
 core::Result<ModelWeights> loadWeights(const Checkpoint& checkpoint, const ModelConfig& config,
                                        const WeightSelection& selection, const LoadProgress& progress = {});
 

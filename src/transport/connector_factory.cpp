@@ -44,6 +44,27 @@ core::Result<const ConnectorBackend*> usableBackend(const ConnectorRequest& requ
     return backend;
 }
 
+// Checked for the whole deployment, so that every rank refuses the same config.
+core::Status checkDevicePeers(const AfdConfig& config, const ConnectorCapabilities& capabilities) {
+    if (!capabilities.needsCudaDevice()) return core::Status::ok();
+    const Topology topology = config.topology();
+    if (topology.mostAttentionPeersOfFfn() > kMaxDevicePeers) {
+        return core::invalidArgument(
+            "afd.num_attention_ranks {} with afd.num_ffn_ranks {} ({}): an FFN rank would serve {} attention ranks, "
+            "but over afd.connector \"{}\" it serves at most {}",
+            config.num_attention_ranks, config.num_ffn_ranks, modeName(config.mode()),
+            topology.mostAttentionPeersOfFfn(), connectorName(capabilities.kind), kMaxDevicePeers);
+    }
+    if (topology.mostFfnPeersOfAttention() > kMaxDevicePeers) {
+        return core::invalidArgument(
+            "afd.num_ffn_ranks {} ({}): an attention rank would add the partial sums of {} FFN ranks, but over "
+            "afd.connector \"{}\" it talks to at most {}",
+            config.num_ffn_ranks, modeName(config.mode()), topology.mostFfnPeersOfAttention(),
+            connectorName(capabilities.kind), kMaxDevicePeers);
+    }
+    return core::Status::ok();
+}
+
 }  // namespace
 
 std::vector<ConnectorCapabilities> builtConnectors() {
@@ -80,6 +101,7 @@ core::Status checkConnectorUsable(const AfdConfig& config, Role role, core::Devi
         return core::invalidArgument("afd.connector \"{}\": this build's connectors are: {}",
                                      connectorName(config.connector), builtConnectorNames());
     }
+    AFD_RETURN_IF_ERROR(checkDevicePeers(config, *capabilities));
     return checkCapabilitiesAllow(*capabilities, role, device);
 }
 

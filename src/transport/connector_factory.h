@@ -31,9 +31,14 @@ std::optional<ConnectorCapabilities> connectorCapabilities(ConnectorKind kind);
 // needs a CUDA device on every rank (kInvalidArgument naming afd.connector and the rule).
 core::Status checkCapabilitiesAllow(const ConnectorCapabilities& capabilities, Role role, core::Device device);
 
+// Over a device connector one rank exchanges frames with at most this many peers: the FFN side gathers every peer's
+// frames, and the attention side adds every FFN rank's partial sums, in one kernel launch each whose peer tables
+// are at least this size (kernels/afd_frames_cuda.h; the FFN compute and the attention backend assert it).
+inline constexpr int kMaxDevicePeers = 16;
+
 // Validates config.connector against this build (kInvalidArgument: "afd.connector \"nccl\": this build's
-// connectors are: tcp") and then against the rank's device (checkCapabilitiesAllow). Reads nothing, connects to
-// nothing.
+// connectors are: tcp"), then a device connector's peer counts (kMaxDevicePeers, naming afd.num_attention_ranks or
+// afd.num_ffn_ranks), then the rank's device (checkCapabilitiesAllow). Reads nothing, connects to nothing.
 core::Status checkConnectorUsable(const AfdConfig& config, Role role, core::Device device);
 
 // Checks a request whole (the config, role and rank, sizes, fingerprint, checkConnectorUsable); kInvalidArgument.

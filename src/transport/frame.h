@@ -52,7 +52,7 @@ namespace afd::transport {
 
 inline constexpr uint32_t kFrameMagic = 0x46444641;  // "AFDF" in little-endian byte order
 // Bumped on any change of the bytes on the wire or of the handshake; peers of different versions never talk.
-inline constexpr uint16_t kProtocolVersion = 2;
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr size_t kFrameHeaderBytes = 48;
 inline constexpr size_t kSegmentDescriptorBytes = 8;
 inline constexpr uint32_t kMaxSegments = 8;

@@ -72,6 +72,13 @@ std::vector<int> Topology::ffnPeersOfAttention(int attention_rank) const {
     return peers;
 }
 
+int Topology::mostAttentionPeersOfFfn() const {
+    if (mode_ == AfdMode::kM2n) return num_attention_ranks_;
+    return static_cast<int>(ceilDiv(int64_t{num_attention_ranks_}, num_ffn_ranks_));
+}
+
+int Topology::mostFfnPeersOfAttention() const { return mode_ == AfdMode::kM2n ? num_ffn_ranks_ : 1; }
+
 std::vector<int> Topology::attentionPeersOfFfn(int ffn_rank) const {
     AFD_CHECK(ffn_rank >= 0 && ffn_rank < num_ffn_ranks_, "FFN rank {} out of range [0, {})", ffn_rank, num_ffn_ranks_);
     int64_t begin = 0;

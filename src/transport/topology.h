@@ -73,6 +73,10 @@ public:
     // Attention ranks FFN rank `k` exchanges frames with, ascending. m2n: all; p2p: its block (never empty).
     // Precondition: 0 <= k < numFfnRanks() (AFD_CHECK).
     std::vector<int> attentionPeersOfFfn(int ffn_rank) const;
+    // The most peers any rank of a role exchanges frames with: an FFN rank's attention peers (m2n: A; p2p: the
+    // largest block, ceil(A/F)) and an attention rank's FFN peers (m2n: F; p2p: 1).
+    int mostAttentionPeersOfFfn() const;
+    int mostFfnPeersOfAttention() const;
 
     // Expert ownership for a model with `num_experts` routed experts (meaningful in m2n; in p2p every FFN rank
     // holds all experts, and callers do not ask). Errors as ExpertPartition::create.

@@ -284,6 +284,19 @@ TEST(AfdFailures, BadConfigurationsExitTwoNamingTheKey) {
         cases.push_back({{AFD_BINARY, "ffn", kNoModel, "--additional-config", config},
                          {{"RANK", "0"}, {"WORLD_SIZE", "1"}},
                          needle});
+        if (transport::connectorCapabilities(*transport::parseConnector(connector))) {
+            // More attention peers than a device connector's FFN rank gathers: refused by every role, before the
+            // device and the model are looked at.
+            const std::string many = R"({"afd":{"connector":")" + connector + R"(","num_attention_ranks":17}})";
+            const std::string rule = "afd.num_attention_ranks 17 with afd.num_ffn_ranks 1 (m2n)";
+            cases.push_back({{AFD_BINARY, "ffn", kNoModel, "--additional-config", many},
+                             {{"RANK", "0"}, {"WORLD_SIZE", "1"}},
+                             rule});
+            cases.push_back({{AFD_BINARY, "generate", "--model", kNoModel, "--prompt-ids", "1", "--additional-config",
+                              many, "--attention-rank", "16"},
+                             {},
+                             rule});
+        }
         cases.push_back(
             {{AFD_BINARY, "generate", "--model", kNoModel, "--prompt-ids", "1", "--additional-config", config},
              {},

@@ -214,7 +214,13 @@ void ffnDuringLoad(int sig) {
     ASSERT_FALSE(status["load"].value("done", true)) << status.dump();
     ffn.process.signal(sig);
     const auto signalled = Clock::now();
-    if (sig == SIGTERM) expectStoppedCleanly(ffn);
+    if (sig == SIGTERM) {
+        // The load ends after the layer in hand, not after the rest of the model.
+        expectStoppedCleanly(ffn);
+        const std::string log = readText(ffn.log_path);
+        EXPECT_NE(log.find("the weights' load was stopped after"), std::string::npos) << log;
+        EXPECT_EQ(log.find("bytes of weights (experts"), std::string::npos) << log;
+    }
     expectAttentionFailed(attention, signalled, std::chrono::seconds(kConnectTimeoutS) + kMargin,
                           "rendezvous at 127.0.0.1", "attention detects the loss during the FFN load");
     if (sig == SIGSTOP) {

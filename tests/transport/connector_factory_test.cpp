@@ -131,6 +131,54 @@ TEST(ConnectorFactory, ADeviceMemoryConnectorNeedsACudaDeviceOnEveryRank) {
     }
 }
 
+TEST(ConnectorFactory, ADeviceConnectorBoundsThePeersOfEachRank) {
+    // The peer counts are checked for the whole deployment before the device, so every rank of a config refuses it
+    // alike, CPU ranks included; tcp has no bound.
+    struct Case {
+        int attention, ffn;
+        const char* mode;
+        std::string needle;  // empty: accepted
+    } cases[] = {
+        {kMaxDevicePeers, 1, "m2n", ""},
+        {kMaxDevicePeers + 1, 1, "m2n", "afd.num_attention_ranks 17 with afd.num_ffn_ranks 1 (m2n): an FFN rank would "
+                                        "serve 17 attention ranks, but over afd.connector"},
+        {1, kMaxDevicePeers, "m2n", ""},
+        {1, kMaxDevicePeers + 1, "m2n", "afd.num_ffn_ranks 17 (m2n): an attention rank would add the partial sums of "
+                                        "17 FFN ranks"},
+        // p2p: FFN rank k serves a block of ceil(A/F) attention ranks at most; an attention rank talks to one.
+        {2 * kMaxDevicePeers, 2, "p2p", ""},
+        {2 * kMaxDevicePeers + 1, 2, "p2p", "(p2p): an FFN rank would serve 17 attention ranks"},
+        {40, 40, "p2p", ""},
+    };
+    for (const char* kind : {"cuda_ipc", "nccl"}) {
+        if (!connectorCapabilities(*parseConnector(kind))) continue;
+        for (const Role role : {Role::kAttention, Role::kFfn}) {
+            for (const Case& c : cases) {
+                const std::string json = fmt::format(
+                    R"({{"connector":"{}","num_attention_ranks":{},"num_ffn_ranks":{},"compute_gate_on_attention":{}}})",
+                    kind, c.attention, c.ffn, std::string(c.mode) == "m2n" ? "true" : "false");
+                const std::string where = fmt::format("{} {} {}A{}F {}", kind, roleName(role), c.attention, c.ffn,
+                                                      c.mode);
+                const core::Status s = checkConnectorUsable(config(json, role), role, core::Device::cuda(0));
+                if (c.needle.empty()) {
+                    EXPECT_TRUE(s.isOk()) << where << ": " << s.toString();
+                    continue;
+                }
+                EXPECT_EQ(s.code(), core::StatusCode::kInvalidArgument) << where;
+                EXPECT_THAT(s.message(), HasSubstr(c.needle)) << where;
+                EXPECT_THAT(s.message(), HasSubstr(fmt::format("at most {}", kMaxDevicePeers))) << where;
+                EXPECT_THAT(s.message(), HasSubstr(fmt::format("afd.connector \"{}\"", kind))) << where;
+                // Named before the device: a CPU rank gets the same message.
+                EXPECT_EQ(checkConnectorUsable(config(json, role), role, core::Device::cpu()).message(), s.message());
+            }
+        }
+    }
+    const std::string tcp = R"({"connector":"tcp","num_attention_ranks":40,"num_ffn_ranks":20})";
+    for (const Role role : {Role::kAttention, Role::kFfn}) {
+        EXPECT_TRUE(checkConnectorUsable(config(tcp, role), role, core::Device::cpu()).isOk());
+    }
+}
+
 TEST(ConnectorFactory, ARequestDerivesPeersFingerprintAndFrameBytes) {
     const ConnectorRequest m2n =
         request(R"({"num_attention_ranks":2,"num_ffn_ranks":3,"max_num_tokens":16})", Role::kAttention, 1);

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <utility>
 #include <vector>
@@ -41,6 +42,23 @@ TEST(Topology, P2pBlocksFrom1A1FTo4A3F) {
         for (int k = 0; k < f; ++k) {
             EXPECT_EQ(topology.attentionPeersOfFfn(k), blocks[k]) << "FFN " << k;
             for (int att : blocks[k]) EXPECT_THAT(topology.ffnPeersOfAttention(att), ElementsAre(k)) << "A" << att;
+        }
+    }
+}
+
+TEST(Topology, TheMostPeersOfEachRoleAreTheLargestPeerListOfItsRanks) {
+    for (const AfdMode mode : {AfdMode::kM2n, AfdMode::kP2p}) {
+        for (int a = 1; a <= 9; ++a) {
+            for (int f = 1; f <= 9; ++f) {
+                if (mode == AfdMode::kP2p && a < f) continue;
+                SCOPED_TRACE(testing::Message() << a << "A" << f << "F " << modeName(mode));
+                const Topology topology = makeTopology(a, f, mode);
+                size_t of_ffn = 0, of_attention = 0;
+                for (int k = 0; k < f; ++k) of_ffn = std::max(of_ffn, topology.attentionPeersOfFfn(k).size());
+                for (int r = 0; r < a; ++r) of_attention = std::max(of_attention, topology.ffnPeersOfAttention(r).size());
+                EXPECT_EQ(topology.mostAttentionPeersOfFfn(), static_cast<int>(of_ffn));
+                EXPECT_EQ(topology.mostFfnPeersOfAttention(), static_cast<int>(of_attention));
+            }
         }
     }
 }

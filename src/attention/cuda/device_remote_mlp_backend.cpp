@@ -6,8 +6,12 @@
 #include "kernels/afd_frames_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "transport/afd_wire.h"
+#include "transport/connector_factory.h"
 
 namespace afd::attention {
+
+static_assert(kernels::kMaxSummedPartials >= transport::kMaxDevicePeers,
+              "the partial-sum kernel must take every FFN peer a device connector allows");
 
 DeviceRemoteMlpBackend::DeviceRemoteMlpBackend(const model::ModelConfig& config, const model::ModelWeights& weights,
                                                transport::AfdMode mode, const transport::Topology& topology,

@@ -1,7 +1,11 @@
 #include "ffn/cuda/cuda_ffn_compute_impl.h"
 #include "kernels/afd_frames_cuda.h"
+#include "transport/connector_factory.h"
 
 namespace afd::ffn::cuda_ffn {
+
+static_assert(kernels::kMaxGatheredPeers >= transport::kMaxDevicePeers,
+              "the gather kernel must take every attention peer a device connector allows");
 
 core::Status CudaFfnCompute::begin() {
     AFD_CUDA_CHECK(cudaSetDevice(gpu_));
