@@ -140,11 +140,13 @@ TEST(ConnectorFactory, ADeviceConnectorBoundsThePeersOfEachRank) {
         std::string needle;  // empty: accepted
     } cases[] = {
         {kMaxDevicePeers, 1, "m2n", ""},
-        {kMaxDevicePeers + 1, 1, "m2n", "afd.num_attention_ranks 17 with afd.num_ffn_ranks 1 (m2n): an FFN rank would "
-                                        "serve 17 attention ranks, but over afd.connector"},
+        {kMaxDevicePeers + 1, 1, "m2n",
+         "afd.num_attention_ranks 17 with afd.num_ffn_ranks 1 (m2n): an FFN rank would "
+         "serve 17 attention ranks, but over afd.connector"},
         {1, kMaxDevicePeers, "m2n", ""},
-        {1, kMaxDevicePeers + 1, "m2n", "afd.num_ffn_ranks 17 (m2n): an attention rank would add the partial sums of "
-                                        "17 FFN ranks"},
+        {1, kMaxDevicePeers + 1, "m2n",
+         "afd.num_ffn_ranks 17 (m2n): an attention rank would add the partial sums of "
+         "17 FFN ranks"},
         // p2p: FFN rank k serves a block of ceil(A/F) attention ranks at most; an attention rank talks to one.
         {2 * kMaxDevicePeers, 2, "p2p", ""},
         {2 * kMaxDevicePeers + 1, 2, "p2p", "(p2p): an FFN rank would serve 17 attention ranks"},
@@ -157,8 +159,8 @@ TEST(ConnectorFactory, ADeviceConnectorBoundsThePeersOfEachRank) {
                 const std::string json = fmt::format(
                     R"({{"connector":"{}","num_attention_ranks":{},"num_ffn_ranks":{},"compute_gate_on_attention":{}}})",
                     kind, c.attention, c.ffn, std::string(c.mode) == "m2n" ? "true" : "false");
-                const std::string where = fmt::format("{} {} {}A{}F {}", kind, roleName(role), c.attention, c.ffn,
-                                                      c.mode);
+                const std::string where =
+                    fmt::format("{} {} {}A{}F {}", kind, roleName(role), c.attention, c.ffn, c.mode);
                 const core::Status s = checkConnectorUsable(config(json, role), role, core::Device::cuda(0));
                 if (c.needle.empty()) {
                     EXPECT_TRUE(s.isOk()) << where << ": " << s.toString();

@@ -55,7 +55,8 @@ TEST(Topology, TheMostPeersOfEachRoleAreTheLargestPeerListOfItsRanks) {
                 const Topology topology = makeTopology(a, f, mode);
                 size_t of_ffn = 0, of_attention = 0;
                 for (int k = 0; k < f; ++k) of_ffn = std::max(of_ffn, topology.attentionPeersOfFfn(k).size());
-                for (int r = 0; r < a; ++r) of_attention = std::max(of_attention, topology.ffnPeersOfAttention(r).size());
+                for (int r = 0; r < a; ++r)
+                    of_attention = std::max(of_attention, topology.ffnPeersOfAttention(r).size());
                 EXPECT_EQ(topology.mostAttentionPeersOfFfn(), static_cast<int>(of_ffn));
                 EXPECT_EQ(topology.mostFfnPeersOfAttention(), static_cast<int>(of_attention));
             }
