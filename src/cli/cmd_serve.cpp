@@ -7,8 +7,9 @@
 // load (a progress bar on a terminal); the rank connects to its FFN peers; the engine and its loop start; then the
 // server answers. SIGTERM or SIGINT stops it: the server stops taking requests and ends the streams in flight, the
 // engine loop stops, the FFN peers learn that the rank leaves, and the FFN ranks this process started stop (POST
-// /stop) and are checked to have exited cleanly. An FFN rank that dies while serving fails the requests in flight
-// (the engine reports itself unhealthy: /health answers 503) and the server keeps answering until it is stopped.
+// /stop) and are checked to have exited cleanly. Before serving, it ends the load after the layer in hand (or the
+// wait in hand), stops the FFN ranks started and exits 0. An FFN rank that dies while serving fails the requests in
+// flight (the engine reports itself unhealthy: /health answers 503) and the server keeps answering until it is stopped.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -27,6 +28,7 @@
 #include "cli/model_loading.h"
 #include "cli/run_dir.h"
 #include "cli/serve_deployment.h"
+#include "core/env.h"
 #include "core/exit_codes.h"
 #include "core/logging.h"
 #include "core/signal_watcher.h"
@@ -128,6 +130,10 @@ private:
     core::Status startFfnRanks(const ServeDeployment& deployment, const std::string& model_dir);
     // An error from the FFN fleet: a rank that exited gives its launcher exit code (a killed one 3).
     int failFleet(const core::Status& status);
+    // A step of the start-up (the load, the FFN ranks' start, the connection) that failed: when it was cancelled by
+    // SIGTERM or SIGINT, a stop asked for before serving, which stops the FFN ranks started and exits 0 (1 when one
+    // does not stop cleanly); any other error fails the run.
+    int failStartup(const core::Status& status, bool from_fleet);
 
     ServeOptions options_;
     std::atomic<bool> interrupted_{false};
@@ -165,6 +171,16 @@ core::Status Serve::startFfnRanks(const ServeDeployment& deployment, const std::
 int Serve::failFleet(const core::Status& status) {
     AFD_LOG_ERROR("{}", status.message());
     return status.code() == core::StatusCode::kPeerLost ? fleet_.failedRankExitCode() : exitCodeFor(status);
+}
+
+int Serve::failStartup(const core::Status& status, bool from_fleet) {
+    if (!interrupted_ || status.code() != core::StatusCode::kCancelled) {
+        return from_fleet ? failFleet(status) : fail(status);
+    }
+    AFD_LOG_INFO("stopped before serving: {}", status.message());
+    if (!fleet_.ranks().empty() && !fleet_.stop(20s)) return core::kExitFailure;
+    std::cout << "afd serve: stopped before serving\n";
+    return core::kExitOk;
 }
 
 int Serve::run() {
@@ -241,27 +257,34 @@ int Serve::serve() {
     if (auto s = server.bind(); !s.isOk()) return fail(core::invalidArgument("{}", s.message()));
     AFD_LOG_INFO("afd serve: bound http://{}:{}; loading", options_.host, server.port());
 
+    // NOTE: AFD_TEST_LOAD_DELAY_MS, for tests only: a sleep after each layer loads (LoadProgressReporter).
+    auto test_load_delay_ms = core::envInt("AFD_TEST_LOAD_DELAY_MS", 0, 0, 60000);
+    if (!test_load_delay_ms.isOk()) return fail(test_load_delay_ms.status());
+
     if (deployment->start_ffn_ranks) {
         auto run_dir = RunDir::create(options_.run_dir, "afd-serve-");
         if (!run_dir.isOk()) return fail(run_dir.status());
         run_dir_ = std::move(run_dir).value();
-        if (auto s = startFfnRanks(*deployment, flags.model.model_dir); !s.isOk()) return failFleet(s);
+        if (auto s = startFfnRanks(*deployment, flags.model.model_dir); !s.isOk()) return failStartup(s, true);
     }
 
     setup->options.setup_cancel = cancel_.get();
-    LoadProgressReporter progress(deployment->afd ? "attention rank weights" : "weights");
+    // A stop (SIGTERM, SIGINT) ends the load after the layer in hand.
+    LoadProgressReporter progress(
+        deployment->afd ? "attention rank weights" : "weights", [this] { return interrupted_.load(); },
+        *test_load_delay_ms);
     setup->options.on_load_progress = progress.callback();
     auto rank = attention::AttentionRank::configure(std::move(setup->source), std::move(setup->options));
     if (!rank.isOk()) return fail(rank.status());
     attention::AttentionRank& r = **rank;
-    if (auto s = r.load(); !s.isOk()) return fail(s);
+    if (auto s = r.load(); !s.isOk()) return failStartup(s, false);
     if (auto s = r.connect(); !s.isOk()) {
         if (auto died = fleet_.checkRunning("the attention rank was connecting"); !died.isOk()) return failFleet(died);
-        return fail(s);
+        return failStartup(s, false);
     }
     if (auto s = r.startEngine(); !s.isOk()) return fail(s);
     if (deployment->start_ffn_ranks) {
-        if (auto s = fleet_.waitForReady(deadline_, interrupted_); !s.isOk()) return failFleet(s);
+        if (auto s = fleet_.waitForReady(deadline_, interrupted_); !s.isOk()) return failStartup(s, true);
     }
 
     serve::ServingMetricsOptions metrics_options;

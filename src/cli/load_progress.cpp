@@ -5,13 +5,19 @@
 
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "core/logging.h"
 
 namespace afd::cli {
 
-LoadProgressReporter::LoadProgressReporter(std::string what)
-    : what_(std::move(what)), tty_(::isatty(STDERR_FILENO) == 1), start_(std::chrono::steady_clock::now()) {}
+LoadProgressReporter::LoadProgressReporter(std::string what, std::function<bool()> stop_requested,
+                                           int64_t test_delay_ms)
+    : what_(std::move(what)),
+      stop_requested_(std::move(stop_requested)),
+      test_delay_ms_(test_delay_ms),
+      tty_(::isatty(STDERR_FILENO) == 1),
+      start_(std::chrono::steady_clock::now()) {}
 
 LoadProgressReporter::~LoadProgressReporter() {
     if (drawn_) std::fputc('\n', stderr);
@@ -19,8 +25,9 @@ LoadProgressReporter::~LoadProgressReporter() {
 
 model::LoadProgress LoadProgressReporter::callback() {
     return [this](int64_t done, int64_t total) {
+        if (test_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(test_delay_ms_));
         update(done, total);
-        return true;
+        return !(stop_requested_ && stop_requested_());
     };
 }
 

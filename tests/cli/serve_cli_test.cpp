@@ -40,7 +40,9 @@ std::string readAll(const std::string& path) {
 // `afd serve` in a child process, on an ephemeral port (--port-file).
 class ServeProcess {
 public:
-    ServeProcess(const TempDir& dir, const std::vector<std::string>& extra_args) : dir_(dir) {
+    ServeProcess(const TempDir& dir, const std::vector<std::string>& extra_args,
+                 const std::vector<std::pair<std::string, std::string>>& extra_env = {})
+        : dir_(dir) {
         core::ChildProcess::Spec spec;
         spec.argv = {AFD_BINARY,
                      "serve",
@@ -55,6 +57,7 @@ public:
                      "tiny"};
         for (const auto& arg : extra_args) spec.argv.push_back(arg);
         spec.env = {{"AFD_NUM_THREADS", "1"}};
+        for (const auto& kv : extra_env) spec.env.push_back(kv);
         spec.stdout_path = dir.file("serve.out");
         spec.stderr_path = dir.file("serve.log");
         process_ = core::ChildProcess::spawn(spec).value();
@@ -284,6 +287,47 @@ TEST(ServeCli, AnFfnRankKilledMidStreamEndsTheStreamsWithAnErrorAndTheServerRepo
     ASSERT_TRUE(code.has_value()) << "afd serve did not stop within 60 s of SIGTERM";
     EXPECT_EQ(*code, 3) << "an FFN rank died: a lost peer\n" << server.log();
     EXPECT_NE(server.log().find("ffn rank 1 was killed by signal 9"), std::string::npos) << server.log();
+}
+
+// SIGTERM while the weights load (AFD_TEST_LOAD_DELAY_MS: a 1 s sleep after each of the fixture's 3 layers) ends the
+// load after the layer in hand, not at its end; the FFN ranks the server started stop too, and the run exits 0.
+void expectSigtermDuringTheLoadStopsIt(const std::vector<std::string>& serve_args, const std::string& what,
+                                       size_t ffn_ranks) {
+    constexpr int kLayerDelayMs = 1000;
+    TempDir dir;
+    std::vector<std::string> args = {"--log-level", "info"};
+    args.insert(args.end(), serve_args.begin(), serve_args.end());
+    ServeProcess server(dir, args, {{"AFD_TEST_LOAD_DELAY_MS", std::to_string(kLayerDelayMs)}});
+    const std::string first_layer = fmt::format("loading {}: 1/3 layers", what);
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (server.log().find(first_layer) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_NE(server.log().find(first_layer), std::string::npos) << server.log();
+    const std::vector<pid_t> ffn = childrenOf(server.pid());
+    ASSERT_EQ(ffn.size(), ffn_ranks) << "the FFN ranks afd serve started";
+    const auto signalled = std::chrono::steady_clock::now();
+    const auto code = server.stop(30s);
+    const auto took = std::chrono::steady_clock::now() - signalled;
+    ASSERT_TRUE(code.has_value()) << "afd serve did not stop within 30 s of SIGTERM\n" << server.log();
+    EXPECT_EQ(*code, 0) << server.log();
+    const std::string log = server.log();
+    EXPECT_NE(log.find("stopped before serving: the weights' load was stopped after 2 of 3 layers"), std::string::npos)
+        << log;
+    EXPECT_NE(readAll(dir.file("serve.out")).find("afd serve: stopped before serving"), std::string::npos);
+    // At most one more layer (1 s) and the exit, where the rest of the load takes 2 s; with FFN ranks, theirs stop
+    // the same way (at most one more of their layers).
+    const auto bound = std::chrono::milliseconds(kLayerDelayMs * (ffn_ranks > 0 ? 4 : 2));
+    EXPECT_LT(took, bound) << log;
+    for (pid_t pid : ffn) EXPECT_NE(::kill(pid, 0), 0) << "FFN rank process " << pid << " outlived afd serve";
+}
+
+TEST(ServeCli, SigtermDuringTheDenseLoadEndsItAfterTheLayerInHandAndExitsZero) {
+    expectSigtermDuringTheLoadStopsIt({}, "weights", 0);
+}
+
+TEST(ServeCli, SigtermDuringTheAttentionLoadStopsTheFfnRanksAndExitsZero) {
+    expectSigtermDuringTheLoadStopsIt({"--additional-config", R"({"afd":{}})"}, "attention rank weights", 2);
 }
 
 #if defined(AFD_BINARY_HAS_LAB)

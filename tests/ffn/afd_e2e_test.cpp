@@ -1,11 +1,13 @@
 // AFD end to end on CPU: FFN and attention ranks as separate `afd` processes over loopback TCP.
 // Every topology must give the dense reference's and HF transformers' greedy tokens; failures (a rank killed,
 // mismatched models, bad configs) must end every process with a clear error, never a hang.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <csignal>
 #include <fstream>
+#include <string>
 #include <thread>
 
 #include "common/afd_processes.h"
@@ -287,13 +289,15 @@ TEST(AfdFailures, BadConfigurationsExitTwoNamingTheKey) {
         if (transport::connectorCapabilities(*transport::parseConnector(connector))) {
             // More attention peers than a device connector's FFN rank gathers: refused by every role, before the
             // device and the model are looked at.
-            const std::string many = R"({"afd":{"connector":")" + connector + R"(","num_attention_ranks":17}})";
-            const std::string rule = "afd.num_attention_ranks 17 with afd.num_ffn_ranks 1 (m2n)";
+            const int too_many = transport::kMaxDevicePeers + 1;
+            const std::string many =
+                fmt::format(R"({{"afd":{{"connector":"{}","num_attention_ranks":{}}}}})", connector, too_many);
+            const std::string rule = fmt::format("afd.num_attention_ranks {} with afd.num_ffn_ranks 1 (m2n)", too_many);
             cases.push_back({{AFD_BINARY, "ffn", kNoModel, "--additional-config", many},
                              {{"RANK", "0"}, {"WORLD_SIZE", "1"}},
                              rule});
             cases.push_back({{AFD_BINARY, "generate", "--model", kNoModel, "--prompt-ids", "1", "--additional-config",
-                              many, "--attention-rank", "16"},
+                              many, "--attention-rank", std::to_string(too_many - 1)},
                              {},
                              rule});
         }

@@ -141,15 +141,17 @@ TEST(ConnectorFactory, ADeviceConnectorBoundsThePeersOfEachRank) {
     } cases[] = {
         {kMaxDevicePeers, 1, "m2n", ""},
         {kMaxDevicePeers + 1, 1, "m2n",
-         "afd.num_attention_ranks 17 with afd.num_ffn_ranks 1 (m2n): an FFN rank would "
-         "serve 17 attention ranks, but over afd.connector"},
+         fmt::format("afd.num_attention_ranks {0} with afd.num_ffn_ranks 1 (m2n): an FFN rank would serve {0} "
+                     "attention ranks, but over afd.connector",
+                     kMaxDevicePeers + 1)},
         {1, kMaxDevicePeers, "m2n", ""},
         {1, kMaxDevicePeers + 1, "m2n",
-         "afd.num_ffn_ranks 17 (m2n): an attention rank would add the partial sums of "
-         "17 FFN ranks"},
+         fmt::format("afd.num_ffn_ranks {0} (m2n): an attention rank would add the partial sums of {0} FFN ranks",
+                     kMaxDevicePeers + 1)},
         // p2p: FFN rank k serves a block of ceil(A/F) attention ranks at most; an attention rank talks to one.
         {2 * kMaxDevicePeers, 2, "p2p", ""},
-        {2 * kMaxDevicePeers + 1, 2, "p2p", "(p2p): an FFN rank would serve 17 attention ranks"},
+        {2 * kMaxDevicePeers + 1, 2, "p2p",
+         fmt::format("(p2p): an FFN rank would serve {} attention ranks", kMaxDevicePeers + 1)},
         {40, 40, "p2p", ""},
     };
     for (const char* kind : {"cuda_ipc", "nccl"}) {
