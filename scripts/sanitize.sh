@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Sanitizer builds of the CPU suite (docs/sanitizers.md).
-#   scripts/sanitize.sh asan   ASan + UBSan (AFD_SANITIZE=address) over every CPU test, in build-asan
-#   scripts/sanitize.sh tsan   TSan (AFD_SANITIZE=thread) over the runtime, transport and multi-process tests, in build-tsan
+# Sanitizer builds of the suite (docs/sanitizers.md); `scripts/dev.sh test` (the README's test command, and CI) runs
+# `all`.
+#   scripts/sanitize.sh asan   ASan + UBSan (AFD_SANITIZE=address) over every test, the fuzz targets' short runs
+#                              included, in build-asan; the CUDA code is compiled too (when nvcc exists), its tests skip
+#                              without a GPU
+#   scripts/sanitize.sh tsan   TSan (AFD_SANITIZE=thread) over the runtime, transport and multi-process tests, in
+#                              build-tsan (CUDA off)
 #   scripts/sanitize.sh all    both, one after the other (the default)
-# Each configures (CUDA off: nvcc code is not instrumented), builds with Ninja and runs ctest. Sanitizer reports of the
-# test binaries and of every `afd` process they start go to files (log_path), so that a report in a child whose exit the
-# test expects to fail is still seen; the run fails when ctest fails or when any report was written.
+# Each configures, builds with Ninja and runs ctest. nvcc's device and host code is not instrumented. Sanitizer reports
+# of the test binaries and of every `afd` process they start go to files (log_path), so that a report in a child whose
+# exit the test expects to fail is still seen; the run fails when ctest fails or when any report was written.
 # Environment: AFD_SANITIZE_BUILD_ROOT (default: the checkout; the build folders are build-asan and build-tsan in it),
 # AFD_BUILD_TYPE (default RelWithDebInfo), AFD_SANITIZE_JOBS (default: nproc), AFD_SANITIZE_CTEST_ARGS (added to ctest,
 # e.g. "-R Launch").
@@ -31,8 +35,12 @@ run_one() {
     local start
     start=$(date +%s)
     "$root/scripts/setup.sh"
-    cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DAFD_SANITIZE="$sanitize" -DAFD_CUDA=OFF \
-        -DAFD_BUILD_FUZZ=OFF -DAFD_BUILD_TESTS=ON -DAFD_BUILD_BENCH=ON >/dev/null
+    # ASan: the whole suite, as the plain build has it (CUDA when nvcc exists, the fuzz targets). TSan: CUDA and the
+    # fuzz targets off (the fuzz targets build with their own sanitizers, docs/fuzzing.md).
+    local config=(-DAFD_CUDA=AUTO -DAFD_BUILD_FUZZ=ON)
+    [ "$name" = tsan ] && config=(-DAFD_CUDA=OFF -DAFD_BUILD_FUZZ=OFF)
+    cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DAFD_SANITIZE="$sanitize" "${config[@]}" \
+        -DAFD_BUILD_TESTS=ON -DAFD_BUILD_BENCH=ON >/dev/null
     local targets=()
     [ "$name" = tsan ] && targets=("${tsan_targets[@]}")
     cmake --build "$dir" -- -j"$jobs" "${targets[@]}"
@@ -46,7 +54,8 @@ run_one() {
     [ "$name" = tsan ] && ctest_args+=(-L "^($tsan_modules)\$")
     local status=0
     if [ "$name" = asan ]; then
-        ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1" \
+        # protect_shadow_gap=0: on a GPU machine the CUDA driver maps memory where ASan's shadow gap would be.
+        ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:protect_shadow_gap=0" \
         LSAN_OPTIONS="suppressions=$suppressions/lsan.supp:print_suppressions=0" \
         UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1" \
             ctest "${ctest_args[@]}" "${extra_ctest_args[@]}" || status=$?
