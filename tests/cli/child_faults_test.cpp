@@ -74,6 +74,17 @@ std::string runDirIn(const TempDir& tmp) {
     return dirs.size() == 1 ? dirs[0] : "";
 }
 
+// Every file of a launcher's run directory (the ranks' logs, port and status files), for a failure's message.
+std::string runDirContents(const std::string& run_dir) {
+    std::string out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(run_dir, ec)) {
+        if (!e.is_regular_file()) continue;
+        out += fmt::format("==== {}\n{}\n", e.path().string(), readText(e.path().string()));
+    }
+    return out;
+}
+
 void expectLaunchReportsTheKilledRank(const std::string& child_needle, const std::string& rank_name) {
     TempDir tmp, logs;
     core::ChildProcess launch = startLongLaunch(tmp, logs);
@@ -84,7 +95,8 @@ void expectLaunchReportsTheKilledRank(const std::string& child_needle, const std
         std::this_thread::sleep_for(10ms);
     }
     ASSERT_FALSE(run_dir.empty()) << readText(logs.file("launch.err"));
-    ASSERT_TRUE(waitServing(run_dir + "/ffn1.port")) << readText(logs.file("launch.err"));
+    ASSERT_TRUE(waitServing(run_dir + "/ffn1.port")) << "launch.err:\n"
+                                                     << readText(logs.file("launch.err")) << runDirContents(run_dir);
     const pid_t victim = childWith(launch.pid(), child_needle);
     ASSERT_GT(victim, 0) << "no child with " << child_needle;
     ASSERT_EQ(::kill(victim, SIGKILL), 0);
