@@ -11,6 +11,11 @@
 #           of two FFN ranks move them);
 #   faults  an FFN rank killed mid-generation, an attention rank killed mid-generation, an ordered stop (/stop on the
 #           FFN rank after the attention rank's job) with its status file, and no MPS process left at the end;
+#   torchrun the FFN ranks started as the seed starts them, `python3 -m torch.distributed.run --no-python
+#           --nproc-per-node 2 afd ffn …` (m2n 1A2F over cuda_ipc, both ranks on GPU 0 through --device-ids 0,0), the
+#           attention rank started first in one run and last in the other: greedy ids against the dense GPU engine,
+#           torchrun's variables (TORCHELASTIC_RUN_ID, MASTER_ADDR, GROUP_RANK) present in each FFN rank, and each
+#           FFN rank's exit when torchrun is sent SIGTERM;
 #   perf    `afd bench transport`, and full-size decode (batch 1, 64, 256; context 1024) dense against AFD 1A1F
 #           (graphs, eager, graphs + DBO) and 1A2F (graphs, graphs + DBO); AFD_GPU_AFD_FULL_CASES picks among
 #           "1a1f 1a1f_eager 1a1f_dbo 1a2f 1a2f_dbo".
@@ -24,7 +29,7 @@ summary="$out/afd_summary.txt"
 full="$root/tests/data/qwen3-30b-a3b"
 l4="$out/q30-4layers"
 mkdir -p "$l4"
-parts=" ${AFD_GPU_AFD_PARTS:-tests ids faults perf} "
+parts=" ${AFD_GPU_AFD_PARTS:-tests ids torchrun faults perf} "
 part() { [[ "$parts" == *" $1 "* ]]; }
 python3 -c "import json,sys;c=json.load(open(sys.argv[1]));c['num_hidden_layers']=4;json.dump(c,open(sys.argv[2],'w'))" \
     "$full/config.json" "$l4/config.json"
@@ -125,6 +130,52 @@ for mode in "graph:" "eager:--enforce-eager" "dbo:--dbo"; do
     ids_case "m2n_2a2f_${mode%%:*}" 2 2 true "${mode#*:}"
     ids_case "p2p_1a1f_${mode%%:*}" 1 1 false "${mode#*:}"
 done
+
+if part torchrun; then
+    if [ ! -s "$out/ids_dense.txt" ]; then
+        CUDA_MPS_PIPE_DIRECTORY=/nonexistent timeout 120 "$afd" generate --model "$l4" --random-weights --device cuda \
+            $prompts --max-tokens 24 --json >"$out/ids_dense.json" 2>"$out/ids_dense.err"
+        ids "$out/ids_dense.json" >"$out/ids_dense.txt" 2>/dev/null
+    fi
+    for order in attention_first attention_last; do
+        port=$((port + 1))
+        cfg="{\"afd\":{\"connector\":\"cuda_ipc\",\"port\":$port,\"num_attention_ranks\":1,\"num_ffn_ranks\":2}}"
+        logs="$out/torchrun_$order"
+        rm -rf "$logs" && mkdir -p "$logs"
+        start_attention() {
+            timeout 150 "$afd" generate --model "$l4" --random-weights --device cuda --gpu-memory-utilization 0.2 \
+                $prompts --max-tokens 24 --json --additional-config "$cfg" >"$logs/attention.json" \
+                2>"$logs/attention.err" &
+            gen=$!
+        }
+        [ "$order" == attention_first ] && start_attention && sleep 3
+        # torchrun gives each worker RANK, WORLD_SIZE, LOCAL_RANK and its own variables; --redirects 3 writes each
+        # worker's stdout and stderr under --log-dir.
+        timeout 200 python3 -m torch.distributed.run --no-python --nproc-per-node 2 --master-port $((port + 500)) \
+            --log-dir "$logs/torchrun" --redirects 3 "$afd" ffn "$l4" --random-weights --device cuda \
+            --device-ids 0,0 --additional-config "$cfg" >"$logs/torchrun.out" 2>&1 &
+        trpid=$!
+        sleep 2
+        [ "$order" == attention_last ] && start_attention
+        wait "$gen"
+        rc=$?
+        envs=""
+        for pid in $(pgrep -f "^$afd ffn $l4"); do
+            vars=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -cE "^(TORCHELASTIC_RUN_ID|MASTER_ADDR|GROUP_RANK)=")
+            rank=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^RANK=//p')
+            envs="$envs rank$rank:$vars/3"
+        done
+        kill -TERM "$trpid" 2>/dev/null
+        wait "$trpid"
+        trc=$?
+        same=no
+        [ "$(ids "$logs/attention.json" 2>/dev/null)" == "$(cat "$out/ids_dense.txt")" ] && same=yes
+        stopped=$(grep -rl "exit 0 (stopped)" "$logs/torchrun" 2>/dev/null | wc -l)
+        echo "afd torchrun $order: attention exit $rc, ids == dense GPU engine: $same, torchrun variables in the FFN" \
+            "ranks:${envs:- none found}, torchrun exit $trc after SIGTERM, worker logs ending \"exit 0 (stopped)\": $stopped of 2" |
+            tee -a "$summary"
+    done
+fi
 
 if part logits; then
     # The 48-prompt case's first-token logits, dense against m2n 1A1F and 1A2F: how far the two FFN ranks' FP32
