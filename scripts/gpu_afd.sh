@@ -11,6 +11,9 @@
 #           of two FFN ranks move them);
 #   faults  an FFN rank killed mid-generation, an attention rank killed mid-generation, an ordered stop (/stop on the
 #           FFN rank after the attention rank's job) with its status file, and no MPS process left at the end;
+#   nccl    the ids cases over the nccl connector (m2n 1A1F / 1A2F, p2p 1A1F; graph, eager, DBO), every process on GPU 0
+#           with its own NCCL_HOSTID, so that NCCL takes them for hosts of their own and moves the frames over its
+#           socket transport (correctness only: its latency is loopback TCP's);
 #   torchrun the FFN ranks started as the seed starts them, `python3 -m torch.distributed.run --no-python
 #           --nproc-per-node 2 afd ffn …` (m2n 1A2F over cuda_ipc, both ranks on GPU 0 through --device-ids 0,0), the
 #           attention rank started first in one run and last in the other: greedy ids against the dense GPU engine,
@@ -66,22 +69,26 @@ if part ids; then
     ids "$out/ids_dense.json" >"$out/ids_dense.txt" 2>/dev/null
 fi
 port=29700
+# The connector of ids_case. nccl refuses two ranks on one GPU unless NCCL sees them on different hosts: each
+# process gets its own NCCL_HOSTID, and the ranks talk over NCCL's socket transport on loopback.
+ids_connector=cuda_ipc
+hostid() { [ "$ids_connector" == nccl ] && echo "NCCL_HOSTID=afd-$1 NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1"; }
 ids_case() {  # name A F m2n(true|false) flags-of-both-roles
     local name=$1 A=$2 F=$3 m2n=$4 flags=$5
     port=$((port + 1))
-    local cfg="{\"afd\":{\"connector\":\"cuda_ipc\",\"port\":$port,\"num_attention_ranks\":$A,\"num_ffn_ranks\":$F,\"compute_gate_on_attention\":$m2n}}"
+    local cfg="{\"afd\":{\"connector\":\"$ids_connector\",\"port\":$port,\"num_attention_ranks\":$A,\"num_ffn_ranks\":$F,\"compute_gate_on_attention\":$m2n}}"
     local ffn_flags=""
     [[ "$flags" == *--enforce-eager* ]] && ffn_flags="--enforce-eager"
     [[ "$flags" == *--dbo* ]] && ffn_flags="$ffn_flags --enable-dbo"
     local ffns="" gens="" rc=0 same=yes
     for r in $(seq 0 $((F - 1))); do
-        RANK=$r WORLD_SIZE=$F timeout 150 "$afd" ffn "$l4" --random-weights --device cuda --device-ids 0,0,0,0 \
+        RANK=$r WORLD_SIZE=$F env $(hostid ffn$r) timeout 150 "$afd" ffn "$l4" --random-weights --device cuda --device-ids 0,0,0,0 \
             $ffn_flags --additional-config "$cfg" >"$out/ids_${name}_ffn$r.log" 2>&1 &
         ffns="$ffns $!"
     done
     for a in $(seq 0 $((A - 1))); do
-        timeout 150 "$afd" generate --model "$l4" --random-weights --device cuda --device-ids 0,0,0,0 \
-            --gpu-memory-utilization 0.2 $flags $prompts --max-tokens 24 --json --additional-config "$cfg" \
+        env $(hostid attention$a) timeout 150 "$afd" generate --model "$l4" --random-weights --device cuda \
+            --device-ids 0,0,0,0 --gpu-memory-utilization 0.2 $flags $prompts --max-tokens 24 --json --additional-config "$cfg" \
             --attention-rank $a >"$out/ids_${name}_a$a.json" 2>"$out/ids_${name}_a$a.err" &
         gens="$gens $!"
     done
@@ -177,6 +184,21 @@ if part torchrun; then
     done
 fi
 
+if part nccl; then
+    if [ ! -s "$out/ids_dense.txt" ]; then
+        CUDA_MPS_PIPE_DIRECTORY=/nonexistent timeout 120 "$afd" generate --model "$l4" --random-weights --device cuda \
+            $prompts --max-tokens 24 --json >"$out/ids_dense.json" 2>"$out/ids_dense.err"
+        ids "$out/ids_dense.json" >"$out/ids_dense.txt" 2>/dev/null
+    fi
+    ids_connector=nccl
+    for mode in "graph:" "eager:--enforce-eager" "dbo:--dbo"; do
+        ids_case "nccl_m2n_1a1f_${mode%%:*}" 1 1 true "${mode#*:}"
+        ids_case "nccl_m2n_1a2f_${mode%%:*}" 1 2 true "${mode#*:}"
+        ids_case "nccl_p2p_1a1f_${mode%%:*}" 1 1 false "${mode#*:}"
+    done
+    ids_connector=cuda_ipc
+fi
+
 if part logits; then
     # The 48-prompt case's first-token logits, dense against m2n 1A1F and 1A2F: how far the two FFN ranks' FP32
     # partial sums move them, against the top-2 gap where a greedy token flips.
@@ -188,7 +210,7 @@ if part logits; then
         cfg="{\"afd\":{\"connector\":\"cuda_ipc\",\"port\":2990$F,\"num_attention_ranks\":1,\"num_ffn_ranks\":$F}}"
         ffns=""
         for r in $(seq 0 $((F - 1))); do
-            RANK=$r WORLD_SIZE=$F timeout 150 "$afd" ffn "$l4" --random-weights --device cuda --device-ids 0,0 \
+            RANK=$r WORLD_SIZE=$F env $(hostid ffn$r) timeout 150 "$afd" ffn "$l4" --random-weights --device cuda --device-ids 0,0 \
                 --additional-config "$cfg" >"$out/logits_ffn$F$r.log" 2>&1 &
             ffns="$ffns $!"
         done

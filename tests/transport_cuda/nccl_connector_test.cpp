@@ -141,6 +141,21 @@ TEST(NcclRanksTest, TwoRanksOnOneGpuAreRefusedNamingBothAndTheConnectorThatServe
                                         HasSubstr("host-a"), HasSubstr("need a GPU each"), HasSubstr("cuda_ipc")));
 }
 
+TEST(NcclRanksTest, TheHostKeyIsNcclsOwnNcclHostidWhenSetElseTheBootId) {
+    EXPECT_EQ(nccl::ncclHostKey(nullptr, "boot-1"), "boot-1");
+    EXPECT_EQ(nccl::ncclHostKey("", "boot-1"), "boot-1");
+    EXPECT_EQ(nccl::ncclHostKey("a b=", "boot-1"), "hostid-6120623d");  // hex: the record's fields stay one token
+    // Two processes on one GPU with different NCCL_HOSTID values are two hosts to NCCL, and so to the check.
+    const std::string uuid = std::string(31, '0') + "1";
+    const nccl::GpuIdentity ffn{nccl::ncclHostKey("ffn0", "boot-1"), uuid, 0, "host-a"};
+    const nccl::GpuIdentity attention{nccl::ncclHostKey("attention0", "boot-1"), uuid, 0, "host-a"};
+    const std::vector<nccl::RankGpu> apart = {{Role::kFfn, 0, ffn}, {Role::kAttention, 0, attention}};
+    EXPECT_TRUE(nccl::checkNoSharedGpu(apart).isOk());
+    const std::vector<nccl::RankGpu> same = {{Role::kFfn, 0, ffn}, {Role::kAttention, 0, ffn}};
+    EXPECT_EQ(nccl::checkNoSharedGpu(same).code(), core::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(nccl::decodeGpuIdentity(nccl::encodeGpuIdentity(ffn), "ffn rank 0").isOk());
+}
+
 TEST(NcclLayoutTest, SegmentsFollowTheHeaderAtAlignedOffsetsForTheMaximumRows) {
     // The m2n dispatch frame of a 64-wide model with top-4 routing: BF16 hidden, I32 ids, F32 weights.
     const auto layout = nccl::ncclSlotLayout(deviceM2nDispatchSpec(64, 4), 5);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "transport/afd_wire.h"
 #include "transport/nccl/nccl_connector.h"
@@ -61,7 +62,8 @@ core::Result<GpuIdentity> localGpu(int gpu) {
         return core::internalError("nccl: reading the properties of cuda:{}: {}", gpu, cudaGetErrorString(err));
     }
     const auto* bytes = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
-    return GpuIdentity{hostBootId(), uuidHex({bytes, sizeof(prop.uuid.bytes)}), gpu, hostName()};
+    return GpuIdentity{ncclHostKey(std::getenv("NCCL_HOSTID"), hostBootId()), uuidHex({bytes, sizeof(prop.uuid.bytes)}),
+                       gpu, hostName()};
 }
 
 // Every rank's GPU, from the blobs published at the join; the rule that no two share one.

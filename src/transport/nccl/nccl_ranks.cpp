@@ -87,6 +87,13 @@ std::string hostBootId() {
     return isPrintableToken(id) ? id : std::string("unknown");
 }
 
+std::string ncclHostKey(const char* nccl_hostid, const std::string& boot_id) {
+    if (nccl_hostid == nullptr || nccl_hostid[0] == '\0') return boot_id;
+    std::string key = "hostid-";
+    for (const char* c = nccl_hostid; *c != '\0'; ++c) key += fmt::format("{:02x}", static_cast<unsigned char>(*c));
+    return key;
+}
+
 std::string uuidHex(std::span<const unsigned char> bytes) {
     std::string out;
     for (const unsigned char b : bytes) out += fmt::format("{:02x}", b);

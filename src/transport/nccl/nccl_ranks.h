@@ -37,7 +37,7 @@ std::string encodeUniqueIds(std::span<const std::string> ids);
 core::Result<std::vector<std::string>> decodeUniqueIds(std::string_view blob, size_t count, std::string_view source);
 
 struct GpuIdentity {
-    std::string boot_id;  // /proc/sys/kernel/random/boot_id: equal on two ranks iff they run on one host (boot)
+    std::string boot_id;  // ncclHostKey(): equal on two ranks iff NCCL sees them on one host
     std::string uuid;     // the GPU's UUID as 32 lowercase hex digits (cudaDeviceProp::uuid)
     int device = 0;       // the CUDA device index the rank uses
     std::string host;     // the host's name, for messages
@@ -46,6 +46,11 @@ struct GpuIdentity {
 
 // This host's boot id ("unknown" when it cannot be read).
 std::string hostBootId();
+// The host as NCCL tells hosts apart: NCCL hashes NCCL_HOSTID in place of the host's own identity when it is set
+// (two processes with different values are two nodes to it, even on one machine, and talk over its network
+// transport), so the key is "hostid-" and the value's bytes in hex when `nccl_hostid` is set and not empty, else the
+// boot id.
+std::string ncclHostKey(const char* nccl_hostid, const std::string& boot_id);
 // 16 UUID bytes as 32 lowercase hex digits.
 std::string uuidHex(std::span<const unsigned char> bytes);
 
