@@ -63,11 +63,13 @@ fi
 prompts="--prompt-ids 151644,872,198,3838,374,279,6722,315,9625,30 --prompt-ids 1,2,3,4,5 --prompt-ids 777"
 dense_json="$out/ids_dense.json"
 ids() { python3 -c "import json,sys;print([r['new_ids'] for r in json.load(open(sys.argv[1]))['results']])" "$1"; }
-if part ids; then
+# The dense GPU engine's greedy ids of $prompts (outside MPS), which every AFD case is compared with.
+dense_ids() {
     CUDA_MPS_PIPE_DIRECTORY=/nonexistent timeout 120 "$afd" generate --model "$l4" --random-weights --device cuda \
         $prompts --max-tokens 24 --json >"$out/ids_dense.json" 2>"$out/ids_dense.err"
     ids "$out/ids_dense.json" >"$out/ids_dense.txt" 2>/dev/null
-fi
+}
+part ids && dense_ids
 port=29700
 # The connector of ids_case. nccl refuses two ranks on one GPU unless NCCL sees them on different hosts: each
 # process gets its own NCCL_HOSTID, and the ranks talk over NCCL's socket transport on loopback.
@@ -139,11 +141,7 @@ for mode in "graph:" "eager:--enforce-eager" "dbo:--dbo"; do
 done
 
 if part torchrun; then
-    if [ ! -s "$out/ids_dense.txt" ]; then
-        CUDA_MPS_PIPE_DIRECTORY=/nonexistent timeout 120 "$afd" generate --model "$l4" --random-weights --device cuda \
-            $prompts --max-tokens 24 --json >"$out/ids_dense.json" 2>"$out/ids_dense.err"
-        ids "$out/ids_dense.json" >"$out/ids_dense.txt" 2>/dev/null
-    fi
+    [ -s "$out/ids_dense.txt" ] || dense_ids
     for order in attention_first attention_last; do
         port=$((port + 1))
         cfg="{\"afd\":{\"connector\":\"cuda_ipc\",\"port\":$port,\"num_attention_ranks\":1,\"num_ffn_ranks\":2}}"
@@ -185,11 +183,7 @@ if part torchrun; then
 fi
 
 if part nccl; then
-    if [ ! -s "$out/ids_dense.txt" ]; then
-        CUDA_MPS_PIPE_DIRECTORY=/nonexistent timeout 120 "$afd" generate --model "$l4" --random-weights --device cuda \
-            $prompts --max-tokens 24 --json >"$out/ids_dense.json" 2>"$out/ids_dense.err"
-        ids "$out/ids_dense.json" >"$out/ids_dense.txt" 2>/dev/null
-    fi
+    [ -s "$out/ids_dense.txt" ] || dense_ids
     ids_connector=nccl
     for mode in "graph:" "eager:--enforce-eager" "dbo:--dbo"; do
         ids_case "nccl_m2n_1a1f_${mode%%:*}" 1 1 true "${mode#*:}"
